@@ -1,0 +1,211 @@
+"""The ``compressor`` command: a thin layer over the Python API."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import sys
+import typing
+
+import click
+
+from .errors import CompressorError
+
+
+def _train_options(fn):
+    """One option per TrainConfig field, so the CLI and recipes take the same settings."""
+    from .train import TrainConfig
+
+    hints = typing.get_type_hints(TrainConfig)
+    for f in reversed(dataclasses.fields(TrainConfig)):
+        flag = "--" + f.name.replace("_", "-")
+        fn = click.option(flag, f.name, type=hints[f.name], default=f.default, show_default=True)(fn)
+    return fn
+
+
+def _train_config(kwargs):
+    from .train import TrainConfig
+
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    return TrainConfig(**{k: kwargs.pop(k) for k in names})
+
+
+data_dir_option = click.option(
+    "--data-dir", envvar="GLUE_DIR", default=None, show_envvar=True,
+    help="Folder in GLUE's layout (SST-2/train.tsv ...), or 'embedded' for the packaged SST-2 slice.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="compressor")
+def cli():
+    """Compress transformer encoders: fine-tune, distil, prune, quantise, export, benchmark."""
+
+
+@cli.command()
+@click.option("--model", required=True, help="Checkpoint folder, alias (minilm-l6) or hub id.")
+@click.option("--task", required=True, help="GLUE task: sst2, mrpc, rte, cola, stsb, wnli, ...")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Checkpoint folder to write.")
+@data_dir_option
+@click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
+@click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
+@click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
+@_train_options
+def finetune(model, task, out, data_dir, train_limit, dev_limit, overwrite, **kwargs):
+    """Fine-tune a model on a task; writes the checkpoint and metrics.json."""
+    from .train import finetune as run
+
+    record = run(model, task, out, data_dir=data_dir, train_limit=train_limit,
+                 dev_limit=dev_limit, config=_train_config(kwargs), overwrite=overwrite)
+    _print_metrics(record)
+    click.echo(f"checkpoint: {os.path.abspath(out)}")
+
+
+@cli.command("eval")
+@click.argument("model")
+@click.option("--task", default=None, help="Defaults to the task the checkpoint was trained on.")
+@click.option("--split", default="dev", show_default=True)
+@data_dir_option
+@click.option("--limit", type=int, default=None, help="Score only the first N rows.")
+@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--max-length", type=int, default=None)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="JSON file for the record [default: MODEL/eval-TASK-SPLIT.json when MODEL is a folder].")
+def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, out):
+    """Score MODEL on a task split and write the metrics."""
+    from .models import read_meta, resolve_model
+    from .scoring import evaluate
+
+    if out is None:
+        path = resolve_model(model)
+        name = task or (read_meta(path).get("task") if os.path.isdir(path) else None)
+        if os.path.isdir(path) and os.access(path, os.W_OK) and name:
+            out = os.path.join(path, f"eval-{name}-{split}.json")
+    record = evaluate(model, task=task, split=split, data_dir=data_dir, limit=limit,
+                      batch_size=batch_size, max_length=max_length, device=device, out=out)
+    _print_metrics(record)
+    if out:
+        click.echo(f"written: {os.path.abspath(out)}")
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--input", "input_", required=True, type=click.Path(dir_okay=False))
+@click.option("--output", required=True, type=click.Path(dir_okay=False))
+@click.option("--task", default=None, help="Defaults to the task the checkpoint was trained on.")
+@click.option("--text-column", "text_columns", multiple=True,
+              help="Column(s) holding the text, for files not in GLUE's layout (give two for pairs).")
+@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--max-length", type=int, default=None)
+@click.option("--device", default="auto", show_default=True)
+def predict(model, input_, output, task, text_columns, batch_size, max_length, device):
+    """Label every row of a file (a GLUE test split, or your own TSV/CSV/JSONL)."""
+    from .scoring import predict as run
+
+    result = run(model, input_, output, task=task, text_columns=text_columns,
+                 batch_size=batch_size, max_length=max_length, device=device)
+    click.echo(f"{result['rows']} rows labelled: {result['output']}")
+
+
+@cli.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run folder (resumable).")
+@data_dir_option
+@click.option("--device", default=None, help="Overrides the recipe's device.")
+def run(recipe, out, data_dir, device):
+    """Run a recipe; re-running resumes from the first unfinished stage."""
+    _run_and_print(recipe, out, data_dir, device)
+
+
+@cli.command()
+@click.option("--out", default="runs/demo", show_default=True, type=click.Path(file_okay=False))
+@click.option("--data-dir", default="embedded", show_default=True,
+              help="Where the SST-2 data comes from; the default is the slice inside the package.")
+@click.option("--device", default=None)
+def demo(out, data_dir, device):
+    """Run the default recipe on MiniLM-L6 and a small SST-2 slice."""
+    from .recipe.demo import demo_recipe_path
+
+    _run_and_print(demo_recipe_path(), out, data_dir, device)
+
+
+def _run_and_print(recipe, out, data_dir, device):
+    from .recipe import run_recipe
+
+    manifest = run_recipe(recipe, out, data_dir=data_dir, device=device)
+    for s in manifest["stages"]:
+        score = f"{s['score']:.2f}" if s.get("score") is not None else "-"
+        params = f"{s['parameters']:,}" if s.get("parameters") else "-"
+        click.echo(f"{s['dir']:<24} score {score:>6}  parameters {params}")
+    click.echo(f"report: {manifest['report']}")
+
+
+@cli.group()
+def recipe():
+    """Check recipes and list the stages they can use."""
+
+
+@recipe.command("validate")
+@click.argument("path", type=click.Path(dir_okay=False))
+def recipe_validate(path):
+    """Report every problem in a recipe, each with its line."""
+    from .recipe import validate_recipe
+
+    problems = validate_recipe(path)
+    if problems:
+        for p in problems:
+            click.echo(p, err=True)
+        sys.exit(1)
+    click.echo(f"{path}: ok")
+
+
+@recipe.command("stages")
+def recipe_stages():
+    """List the registered stages and their settings."""
+    from .recipe import all_stages
+
+    for name, st in sorted(all_stages().items()):
+        keys = ", ".join(f.name for f in dataclasses.fields(st.config_cls))
+        click.echo(f"{name:<12} {st.summary}\n{'':<12} settings: {keys}")
+
+
+@cli.command()
+def tasks():
+    """List the tasks, their metrics and labels."""
+    from .data import TASKS
+
+    for t in TASKS.values():
+        labels = ", ".join(t.labels) if t.labels else "regression"
+        click.echo(f"{t.name:<8} {t.folder:<6} {'+'.join(t.metrics):<18} {labels}")
+
+
+def _print_metrics(record):
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in record["metrics"].items())
+    click.echo(f"{record['task']} {record['split']}: {metrics} "
+               f"({record['examples']} examples, score {record['score']:.2f})")
+
+
+def main(argv=None):
+    """Entry point: a user's mistake is one line on stderr and exit status 1, never a traceback."""
+    try:
+        code = cli.main(args=argv, prog_name="compressor", standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except CompressorError as exc:
+        for line in str(exc).splitlines():
+            click.echo(f"error: {line}", err=True)
+        sys.exit(1)
+    except click.exceptions.Abort:
+        click.echo("interrupted: run the same command again to resume", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted: run the same command again to resume", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

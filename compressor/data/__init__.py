@@ -1,0 +1,17 @@
+"""GLUE tasks and data readers (see ``tasks`` and ``readers``)."""
+
+from compressor.data.readers import (
+    Dataset,
+    Example,
+    embedded_dir,
+    load_split,
+    read_glue_file,
+    read_user_file,
+    resolve_data_dir,
+)
+from compressor.data.tasks import TASKS, TaskSpec, custom_task, get_task
+
+__all__ = [
+    "TASKS", "Dataset", "Example", "TaskSpec", "custom_task", "embedded_dir", "get_task",
+    "load_split", "read_glue_file", "read_user_file", "resolve_data_dir",
+]

