@@ -19,7 +19,7 @@ import torch
 
 from .batches import encode, iter_batches, to_device
 from .data import get_task, load_split
-from .device import autocast, check_precision, resolve_device
+from .device import PRECISIONS, autocast, check_precision, resolve_device
 from .errors import CompressorError
 from .scoring import score
 from .io import versions
@@ -50,6 +50,9 @@ class TrainConfig:
         for name in ("lr", "batch_size", "max_length", "grad_accum"):
             if getattr(self, name) <= 0:
                 raise CompressorError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.precision not in PRECISIONS:
+            raise CompressorError(
+                f"unknown precision '{self.precision}'; use one of {', '.join(PRECISIONS)}")
         if self.epochs <= 0 and self.max_steps <= 0:
             raise CompressorError("epochs must be positive (or set max_steps)")
         if not 0 <= self.warmup < 1:

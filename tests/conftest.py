@@ -1,0 +1,67 @@
+"""Shared fixtures: tiny random encoders of every registered architecture, real data paths."""
+import os
+
+import pytest
+
+os.environ.setdefault("COMPRESSOR_PROGRESS", "0")
+HERE = os.path.dirname(os.path.abspath(__file__))
+os.environ.setdefault("GLUE_DIR", os.path.join(HERE, "..", "..", "shared", "glue_data"))
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+torch.set_num_threads(2)
+
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=130)
+
+
+def tiny_config(model_type: str):
+    """A randomly initialised encoder config, small enough to train in seconds."""
+    if model_type == "bert":
+        return transformers.BertConfig(**TINY)
+    if model_type == "roberta":
+        # pad id 0 matches the WordPiece tokenizer the tests share; positions start after it
+        return transformers.RobertaConfig(**TINY, pad_token_id=0, bos_token_id=101,
+                                          eos_token_id=102, type_vocab_size=1)
+    if model_type == "distilbert":
+        return transformers.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                                             max_position_embeddings=130)
+    if model_type == "mpnet":
+        return transformers.MPNetConfig(**TINY, pad_token_id=0)
+    raise ValueError(model_type)
+
+
+ARCHS = ("bert", "roberta", "distilbert", "mpnet")
+
+
+@pytest.fixture(scope="session")
+def glue_dir():
+    path = os.environ["GLUE_DIR"]
+    assert os.path.isdir(os.path.join(path, "SST-2")), f"GLUE data not found at {path}; set GLUE_DIR"
+    return path
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    from compressor.models import resolve_model
+    return resolve_model("minilm-l6")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory, minilm_dir):
+    """One saved base encoder per architecture, each with the MiniLM WordPiece tokenizer."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    root = tmp_path_factory.mktemp("tiny")
+    paths = {}
+    for arch in ARCHS:
+        torch.manual_seed(0)
+        config = tiny_config(arch)
+        config.vocab_size = tokenizer.vocab_size
+        model = transformers.AutoModel.from_config(config)
+        path = root / arch
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        paths[arch] = str(path)
+    return paths

@@ -1,0 +1,108 @@
+"""Fine-tuning and evaluation, on tiny random encoders of every architecture and real GLUE rows."""
+import json
+import os
+
+import pytest
+import torch
+import transformers
+
+from compressor.errors import CompressorError
+from compressor.scoring import evaluate, predict
+from compressor.train import TrainConfig, finetune
+from conftest import ARCHS
+
+QUICK = dict(epochs=1, batch_size=16, max_length=32, lr=1e-3, device="cpu")
+
+
+@pytest.mark.parametrize("arch, task", [("bert", "sst2"), ("roberta", "rte"),
+                                        ("distilbert", "sst2"), ("mpnet", "stsb")])
+def test_finetune_then_evaluate_every_architecture(tiny_models, glue_dir, tmp_path, arch, task):
+    out = tmp_path / "ckpt"
+    record = finetune(tiny_models[arch], task, str(out), data_dir=glue_dir, train_limit=64,
+                      dev_limit=48, config=TrainConfig(**QUICK))
+    # the folder is a plain Hugging Face checkpoint
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(out)
+    assert model.config.model_type == arch
+    saved = json.loads((out / "metrics.json").read_text())
+    for key in ("task", "split", "metrics", "examples", "seed", "wall_time_s", "versions"):
+        assert key in saved
+    assert saved["task"] == task and saved["examples"] == 48 and saved["train_examples"] == 64
+    assert saved["versions"]["transformers"] == transformers.__version__
+    # evaluating the checkpoint again gives the metrics training recorded for its best step
+    again = evaluate(str(out), split="dev", data_dir=glue_dir, limit=48, device="cpu")
+    assert again["task"] == task
+    for name, value in record["metrics"].items():
+        assert again["metrics"][name] == pytest.approx(value, abs=1e-6)
+
+
+def test_same_seed_same_result(tiny_models, glue_dir, tmp_path):
+    runs = [finetune(tiny_models["bert"], "sst2", str(tmp_path / f"run{i}"), data_dir=glue_dir,
+                     train_limit=64, dev_limit=32, config=TrainConfig(**QUICK)) for i in range(2)]
+    assert runs[0]["metrics"] == runs[1]["metrics"]
+    weights = [transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / f"run{i}")
+               .classifier.weight for i in range(2)]
+    assert torch.equal(*weights)
+
+
+def test_training_learns_a_learnable_task(tiny_models, tmp_path):
+    """On a user file whose label is visible in the text, a tiny model must get far above chance."""
+    rows = ["text\tlabel"]
+    words = ["good", "great", "fine", "nice", "bad", "awful", "poor", "sad"]
+    for i in range(400):
+        w = words[i % 8]
+        rows.append(f"the film was {w} and long {i % 7}\t{int(w in words[:4])}")
+    train = tmp_path / "train.tsv"
+    train.write_text("\n".join(rows) + "\n")
+    from compressor.data import read_user_file
+    from compressor.models import load_for_task
+    from compressor.scoring import score
+    from compressor.train import fit, set_seed
+
+    data = read_user_file(str(train), ["text"], "label")
+    set_seed(0)
+    model, tok = load_for_task(tiny_models["bert"], data.task)
+    before = score(model, tok, data, 16)["accuracy"]
+    fit(model, tok, data, data, TrainConfig(epochs=3, batch_size=16, max_length=16, lr=2e-3,
+                                             device="cpu"))
+    after = score(model, tok, data, 16)["accuracy"]
+    assert after >= 0.95 > before
+
+
+def test_predict_labels_a_glue_test_file(tiny_models, glue_dir, tmp_path):
+    out = tmp_path / "ckpt"
+    finetune(tiny_models["bert"], "sst2", str(out), data_dir=glue_dir, train_limit=32,
+             dev_limit=16, config=TrainConfig(**QUICK))
+    test_file = tmp_path / "test.tsv"
+    with open(os.path.join(glue_dir, "SST-2", "test.tsv")) as f:
+        test_file.write_text("".join(f.readlines()[:41]))
+    result = predict(str(out), str(test_file), str(tmp_path / "pred.tsv"), device="cpu")
+    lines = (tmp_path / "pred.tsv").read_text().splitlines()
+    assert result["rows"] == 40 and lines[0] == "index\tprediction" and len(lines) == 41
+    assert lines[1].split("\t")[0] == "0"
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}
+
+
+def test_user_file_needs_its_text_columns(tiny_models, glue_dir, tmp_path):
+    out = tmp_path / "ckpt"
+    finetune(tiny_models["bert"], "sst2", str(out), data_dir=glue_dir, train_limit=16,
+             dev_limit=16, config=TrainConfig(**QUICK))
+    user = tmp_path / "mine.csv"
+    user.write_text('id,review\n1,"a fine, warm film"\n2,dull\n')
+    predict(str(out), str(user), str(tmp_path / "p.tsv"), text_columns=["review"], device="cpu")
+    assert len((tmp_path / "p.tsv").read_text().splitlines()) == 3
+    with pytest.raises(CompressorError, match="column"):
+        predict(str(out), str(user), str(tmp_path / "p.tsv"), text_columns=["text"], device="cpu")
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(device="cuda"), "no CUDA GPU"),
+    (dict(precision="fp16"), "fp16 training needs a CUDA GPU"),
+    (dict(lr=0.0), "lr must be positive"),
+])
+def test_impossible_settings_are_refused(tiny_models, glue_dir, tmp_path, monkeypatch, change,
+                                        message):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU machine
+    config = TrainConfig(**{**QUICK, **change})
+    with pytest.raises(CompressorError, match=message):
+        finetune(tiny_models["bert"], "sst2", str(tmp_path / "o"), data_dir=glue_dir,
+                 train_limit=8, config=config)
