@@ -188,6 +188,8 @@ def _print_metrics(record):
 
 def main(argv=None):
     """Entry point: a user's mistake is one line on stderr and exit status 1, never a traceback."""
+    # transformers' advice ("You should probably TRAIN this model...") is noise at a command line
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         code = cli.main(args=argv, prog_name="compressor", standalone_mode=False)
         if isinstance(code, int) and code:

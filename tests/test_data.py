@@ -113,7 +113,7 @@ def test_custom_task_validation():
 def test_embedded_slice(monkeypatch):
     monkeypatch.delenv("GLUE_DIR", raising=False)
     train, dev = load_split("sst2", "train", "embedded"), load_split("sst2", "dev", "embedded")
-    assert (len(train), len(dev)) == (8000, 872) and train.source == "embedded"
+    assert (len(train), len(dev)) == (16000, 872) and train.source == "embedded"
     assert train.labelled and {e.label for e in train.examples} == {0, 1}
     assert os.path.isfile(os.path.join(embedded_dir(), "README.md"))
     assert "embedded data holds only sst2 train and dev" in error(load_split, "sst2", "test", "embedded")

@@ -2,7 +2,7 @@
 
     python compressor/data/embedded/make_slice.py GLUE_DIR
 
-dev.tsv is copied byte for byte; train.tsv keeps the header and 8,000 data
+dev.tsv is copied byte for byte; train.tsv keeps the header and 16,000 data
 rows chosen by random.Random(0).sample over the data rows, written in their
 original order, so the slice is reproducible and still reads as SST-2.
 """
@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-TRAIN_ROWS = 8000
+TRAIN_ROWS = 16000
 SEED = 0
 
 

@@ -1,0 +1,1 @@
+"""Knowledge distillation: soft targets, hidden states, attention, MiniLM relations. Arrives with its own issue."""

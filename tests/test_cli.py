@@ -1,0 +1,116 @@
+"""What a user meets at the command line: bad input is one line, a non-zero exit, no traceback."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from compressor.cli import main
+
+
+def run_cli(capsys, *args):
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def assert_one_line_error(code, err, message):
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert message in lines[0], err
+    assert "Traceback" not in err
+
+
+def sst2_folder(tmp_path, glue_dir, bad_line=None):
+    root = tmp_path / "glue"
+    (root / "SST-2").mkdir(parents=True)
+    with open(os.path.join(glue_dir, "SST-2", "train.tsv")) as f:
+        lines = f.readlines()[:40]
+    if bad_line:
+        lines[2] = bad_line
+    (root / "SST-2" / "train.tsv").write_text("".join(lines))
+    shutil.copy(os.path.join(glue_dir, "SST-2", "dev.tsv"), root / "SST-2" / "dev.tsv")
+    return str(root)
+
+
+def test_missing_checkpoint(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "eval", str(tmp_path / "nope"), "--task", "sst2")
+    assert_one_line_error(code, err, "checkpoint not found")
+
+
+def test_corrupt_checkpoint(capsys, tmp_path, tiny_models, glue_dir):
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_models["bert"], bad)
+    (bad / "model.safetensors").write_bytes(b"\0" * 64)
+    code, _, err = run_cli(capsys, "eval", str(bad), "--task", "sst2", "--data-dir", glue_dir)
+    assert_one_line_error(code, err, f"corrupt checkpoint {bad}")
+
+
+def test_unknown_task(capsys, tmp_path, tiny_models):
+    code, _, err = run_cli(capsys, "finetune", "--model", tiny_models["bert"], "--task", "sst9",
+                           "--out", str(tmp_path / "o"))
+    assert_one_line_error(code, err, "unknown task 'sst9'")
+
+
+def test_data_folder_without_the_task(capsys, tmp_path, tiny_models):
+    code, _, err = run_cli(capsys, "finetune", "--model", tiny_models["bert"], "--task", "rte",
+                           "--out", str(tmp_path / "o"), "--data-dir", str(tmp_path))
+    assert_one_line_error(code, err, "no RTE/train.tsv under")
+
+
+def test_malformed_tsv_row_names_file_and_line(capsys, tmp_path, tiny_models, glue_dir):
+    data = sst2_folder(tmp_path, glue_dir, bad_line="a fine film\tpositive\n")
+    code, _, err = run_cli(capsys, "finetune", "--model", tiny_models["bert"], "--task", "sst2",
+                           "--out", str(tmp_path / "o"), "--data-dir", data)
+    assert_one_line_error(code, err, os.path.join(data, "SST-2", "train.tsv") + ":3:")
+
+
+def test_cuda_asked_for_where_none_exists(capsys, tmp_path, tiny_models, glue_dir, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, _, err = run_cli(capsys, "finetune", "--model", tiny_models["bert"], "--task", "sst2",
+                           "--out", str(tmp_path / "o"), "--data-dir", glue_dir, "--device", "cuda")
+    assert_one_line_error(code, err, "no CUDA GPU")
+
+
+def test_bad_recipe_lists_every_problem(capsys, tmp_path):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("task: sst2\nteacher: {model: m}\nstages:\n  - shrink: {}\n"
+                      "  - finetune: {epochs: lots}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["recipe", "validate", str(recipe)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1
+    lines = err.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{recipe}:4: unknown stage 'shrink'; known stages: evaluate, finetune")
+    assert lines[1] == f"{recipe}:5: stage 'finetune': epochs must be a number, got 'lots'"
+    code, _, err = run_cli(capsys, "run", str(recipe), "--out", str(tmp_path / "run"))
+    assert code == 1 and all(line.startswith("error: ") for line in err.splitlines())
+    assert "Traceback" not in err
+
+
+def test_output_folder_of_another_run(capsys, tmp_path, tiny_models, glue_dir):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "manifest.json").write_text('{"recipe": "someone-else", "task": "sst2", "stages": []}')
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"task: sst2\nteacher: {tiny_models['bert']}\n")
+    code, _, err = run_cli(capsys, "run", str(recipe), "--out", str(out), "--data-dir", glue_dir)
+    assert_one_line_error(code, err, "holds a run of recipe 'someone-else'")
+
+
+def test_installed_command_prints_no_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "compressor", "eval", str(tmp_path / "nope")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: checkpoint not found: {tmp_path / 'nope'} (no such folder)"
+
+
+def test_validate_accepts_a_good_recipe(capsys):
+    from compressor.recipe.demo import demo_recipe_path
+    main(["recipe", "validate", demo_recipe_path()])
+    assert capsys.readouterr().out.strip().endswith(": ok")
