@@ -6,8 +6,9 @@ loads on its own, plus ``compressor.json`` (task, labels, max length) so that
 """
 from __future__ import annotations
 
+import functools
 import os
-import shutil
+import socket
 from typing import Optional, Tuple
 
 import torch
@@ -47,8 +48,29 @@ def resolve_model(name_or_path: str) -> str:
             raise CompressorError(f"checkpoint {path} has no config.json: not a Hugging Face model folder")
         return path
     if _looks_like_hub_id(name_or_path):
+        if not hub_reachable():
+            raise CompressorError(
+                f"checkpoint not found: {name_or_path} is no local folder, and the model hub "
+                "cannot be reached from here; give the path of a downloaded model folder")
         return name_or_path
     raise CompressorError(f"checkpoint not found: {name_or_path} (no such folder)")
+
+
+@functools.lru_cache(maxsize=1)
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """One quick connection attempt, so an offline machine fails at once rather than after retries."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
 
 
 def _looks_like_hub_id(name: str) -> bool:
@@ -163,9 +185,4 @@ def size_on_disk(path: str) -> int:
             if f.endswith((".safetensors", ".bin", ".onnx", ".pt")):
                 weights += n
     return weights or total
-
-
-def copy_checkpoint(src: str, dst: str) -> None:
-    with atomic_dir(dst) as tmp:
-        shutil.copytree(src, tmp, dirs_exist_ok=True)
 

@@ -55,6 +55,13 @@ def test_bad_checkpoints_fail_with_one_line(tiny_models, tmp_path, case, message
     assert "\n" not in str(err.value)
 
 
+def test_hub_id_offline_fails_at_once(monkeypatch):
+    import compressor.models as models
+    monkeypatch.setattr(models, "hub_reachable", lambda: False)
+    with pytest.raises(CompressorError, match="bert-base-uncased is no local folder, and the model hub"):
+        load_for_task("bert-base-uncased", get_task("sst2"))
+
+
 def test_shared_parameters_count_once():
     a = torch.nn.Linear(4, 4)
     model = torch.nn.Sequential(a, a)

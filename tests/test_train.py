@@ -106,3 +106,15 @@ def test_impossible_settings_are_refused(tiny_models, glue_dir, tmp_path, monkey
     with pytest.raises(CompressorError, match=message):
         finetune(tiny_models["bert"], "sst2", str(tmp_path / "o"), data_dir=glue_dir,
                  train_limit=8, config=config)
+
+
+def test_mixed_precision_where_this_machine_allows_it(tiny_models, glue_dir, tmp_path):
+    """bf16 trains on CPU and CUDA; fp16 (with loss scaling) only on CUDA, where it is tried too."""
+    precisions = ["bf16", "fp16"] if torch.cuda.is_available() else ["bf16"]
+    for precision in precisions:
+        record = finetune(tiny_models["bert"], "sst2", str(tmp_path / precision), data_dir=glue_dir,
+                          train_limit=64, dev_limit=32,
+                          config=TrainConfig(**{**QUICK, "device": "auto", "precision": precision}))
+        assert 0.0 <= record["metrics"]["accuracy"] <= 1.0
+        assert record["config"]["precision"] == precision
+        assert record["history"] and record["steps"] == 4
