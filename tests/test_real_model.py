@@ -9,11 +9,11 @@ def test_minilm_recipe_run_then_eval_and_predict(tmp_path, capsys):
     recipe.write_text("""
 name: minilm-smoke
 task: sst2
-data: {dir: embedded, train_limit: 640, dev_limit: 300}
+data: {dir: embedded, train_limit: 1920, dev_limit: 300}
 device: cpu
 teacher:
   model: minilm-l6
-  finetune: {epochs: 1, lr: 1e-4, batch_size: 32, max_length: 48}
+  finetune: {epochs: 1, lr: 1e-4, batch_size: 32, max_length: 48, eval_every: 20}
 stages:
   - evaluate: {split: dev}
 """)
@@ -23,7 +23,7 @@ stages:
     assert f"report: {out / 'report.md'}" in printed
     teacher = json.loads((out / "00-teacher" / "record.json").read_text())
     assert teacher["parameters"] == 22_713_986  # MiniLM-L6 plus a 2-way head
-    assert teacher["metrics"]["accuracy"] >= 0.70  # 20 steps from a sentence encoder
+    assert teacher["metrics"]["accuracy"] >= 0.70  # 60 steps from a sentence encoder
 
     main(["eval", str(out / "00-teacher"), "--data-dir", "embedded", "--limit", "300",
           "--device", "cpu"])
