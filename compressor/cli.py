@@ -42,21 +42,36 @@ def cli():
     """Compress transformer encoders: fine-tune, distil, prune, quantise, export, benchmark."""
 
 
+text_column_option = click.option(
+    "--text-column", "text_columns", multiple=True,
+    help="Column holding the text in your own file (give it twice for sentence pairs).")
+
+
 @cli.command()
 @click.option("--model", required=True, help="Checkpoint folder, alias (minilm-l6) or hub id.")
-@click.option("--task", required=True, help="GLUE task: sst2, mrpc, rte, cola, stsb, wnli, ...")
+@click.option("--task", default=None,
+              help="GLUE task: sst2, mrpc, rte, cola, stsb, wnli, ... (with --train-file: a name for yours).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Checkpoint folder to write.")
 @data_dir_option
+@click.option("--train-file", default=None, type=click.Path(dir_okay=False),
+              help="Your own labelled TSV/CSV/JSONL training file, instead of a GLUE task.")
+@click.option("--dev-file", default=None, type=click.Path(dir_okay=False),
+              help="Your own labelled dev file (scored during training).")
+@text_column_option
+@click.option("--label-column", default="label", show_default=True)
 @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
 @click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
 @_train_options
-def finetune(model, task, out, data_dir, train_limit, dev_limit, overwrite, **kwargs):
-    """Fine-tune a model on a task; writes the checkpoint and metrics.json."""
+def finetune(model, task, out, data_dir, train_file, dev_file, text_columns, label_column,
+             train_limit, dev_limit, overwrite, **kwargs):
+    """Fine-tune a model on a GLUE task or your own files; writes the checkpoint and metrics.json."""
     from .train import finetune as run
 
+    user_data = _user_data(train_file, dev_file, text_columns, label_column)
     record = run(model, task, out, data_dir=data_dir, train_limit=train_limit,
-                 dev_limit=dev_limit, config=_train_config(kwargs), overwrite=overwrite)
+                 dev_limit=dev_limit, config=_train_config(kwargs), overwrite=overwrite,
+                 user_data=user_data)
     _print_metrics(record)
     click.echo(f"checkpoint: {os.path.abspath(out)}")
 
@@ -72,8 +87,13 @@ def finetune(model, task, out, data_dir, train_limit, dev_limit, overwrite, **kw
 @click.option("--device", default="auto", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="JSON file for the record [default: MODEL/eval-TASK-SPLIT.json when MODEL is a folder].")
-def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, out):
-    """Score MODEL on a task split and write the metrics."""
+@click.option("--input", "input_", default=None, type=click.Path(dir_okay=False),
+              help="Score on your own labelled TSV/CSV/JSONL file instead of a GLUE split.")
+@text_column_option
+@click.option("--label-column", default="label", show_default=True)
+def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, out, input_,
+          text_columns, label_column):
+    """Score MODEL on a task split (or your own labelled file) and write the metrics."""
     from .models import read_meta, resolve_model
     from .scoring import evaluate
 
@@ -81,9 +101,10 @@ def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, o
         path = resolve_model(model)
         name = task or (read_meta(path).get("task") if os.path.isdir(path) else None)
         if os.path.isdir(path) and os.access(path, os.W_OK) and name:
-            out = os.path.join(path, f"eval-{name}-{split}.json")
+            out = os.path.join(path, f"eval-{name}-{'user' if input_ else split}.json")
     record = evaluate(model, task=task, split=split, data_dir=data_dir, limit=limit,
-                      batch_size=batch_size, max_length=max_length, device=device, out=out)
+                      batch_size=batch_size, max_length=max_length, device=device, out=out,
+                      input=input_, text_columns=text_columns, label_column=label_column)
     _print_metrics(record)
     if out:
         click.echo(f"written: {os.path.abspath(out)}")
@@ -94,8 +115,7 @@ def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, o
 @click.option("--input", "input_", required=True, type=click.Path(dir_okay=False))
 @click.option("--output", required=True, type=click.Path(dir_okay=False))
 @click.option("--task", default=None, help="Defaults to the task the checkpoint was trained on.")
-@click.option("--text-column", "text_columns", multiple=True,
-              help="Column(s) holding the text, for files not in GLUE's layout (give two for pairs).")
+@text_column_option
 @click.option("--batch-size", type=int, default=64, show_default=True)
 @click.option("--max-length", type=int, default=None)
 @click.option("--device", default="auto", show_default=True)
@@ -178,6 +198,16 @@ def tasks():
     for t in TASKS.values():
         labels = ", ".join(t.labels) if t.labels else "regression"
         click.echo(f"{t.name:<8} {t.folder:<6} {'+'.join(t.metrics):<18} {labels}")
+
+
+def _user_data(train_file, dev_file, text_columns, label_column):
+    from .data import UserData
+
+    if not (train_file or dev_file):
+        return None
+    if not text_columns:
+        raise CompressorError("your own files need --text-column (twice for sentence pairs)")
+    return UserData(train_file, dev_file, tuple(text_columns), label_column)
 
 
 def _print_metrics(record):

@@ -79,6 +79,14 @@ def _looks_like_hub_id(name: str) -> bool:
             and all(p and " " not in p for p in parts))
 
 
+def checkpoint_meta(task, max_length: int, made_by: str, **extra) -> dict:
+    """What ``compressor.json`` says: enough to evaluate or predict without naming the task again."""
+    from .data import task_to_dict
+
+    return {"task": task.name, "task_spec": task_to_dict(task), "max_length": max_length,
+            "labels": list(task.labels) if task.labels else None, "made_by": made_by, **extra}
+
+
 def read_meta(path: str) -> dict:
     """The toolkit's own notes about a checkpoint, or {} for a foreign one."""
     file = os.path.join(path, META_FILE)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .batches import encode, iter_batches, to_device
-from .data import get_task, load_split, read_glue_file, read_user_file
+from .data import TASKS, get_task, load_split, read_glue_file, read_user_file, task_from_dict
 from .device import autocast, resolve_device
 from .errors import CompressorError
 from .io import versions, write_json, write_text
@@ -63,22 +63,36 @@ def score(model, tokenizer, dataset, max_length: int, batch_size: int = 64,
 
 
 def _task_for(model_path: str, task: Optional[str]):
+    """The task named, else the one the checkpoint says it was trained on (custom ones too)."""
     meta = read_meta(model_path)
-    name = task or meta.get("task")
-    if not name:
-        raise CompressorError(f"{model_path} does not say which task it was trained on; pass --task")
-    return get_task(name), meta
+    if task:
+        return get_task(task), meta
+    if meta.get("task_spec"):
+        return task_from_dict(meta["task_spec"]), meta
+    if meta.get("task"):
+        return get_task(meta["task"]), meta
+    raise CompressorError(f"{model_path} does not say which task it was trained on; pass --task")
 
 
 def evaluate(model: str, task: Optional[str] = None, split: str = "dev",
              data_dir: Optional[str] = None, limit: Optional[int] = None, batch_size: int = 64,
              max_length: Optional[int] = None, device: str = "auto",
-             out: Optional[str] = None) -> dict:
-    """Score a checkpoint on a task split; write the record to ``out`` (JSON)."""
+             out: Optional[str] = None, input: Optional[str] = None,
+             text_columns: Optional[Sequence[str]] = None, label_column: str = "label") -> dict:
+    """Score a checkpoint on a task split, or on a labelled file of the user's (``input``).
+
+    The record is returned, and written to ``out`` (JSON) when given.
+    """
     path = resolve_model(model)
     task_spec, meta = _task_for(path, task)
     max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
-    dataset = load_split(task_spec, split, data_dir=data_dir, limit=limit)
+    if input:
+        dataset = read_user_file(input, list(text_columns or task_spec.text_fields), label_column,
+                                 task=task_spec, split="user")
+        dataset.examples = dataset.examples[:limit] if limit is not None else dataset.examples
+        split = "user"
+    else:
+        dataset = load_split(task_spec, split, data_dir=data_dir, limit=limit)
     dev = resolve_device(device)
     net, tokenizer = load_for_task(path, task_spec)
     net.to(dev)
@@ -104,15 +118,16 @@ def predict(model: str, input: str, output: str, task: Optional[str] = None,
     """Label every row of ``input`` and write ``index<TAB>prediction`` rows to ``output``.
 
     A GLUE file (a test split included) is read with the task's own layout;
-    any other TSV/CSV/JSONL file needs ``text_columns``.
+    any other TSV/CSV/JSONL file needs ``text_columns`` (for a model trained on the user's
+    own files, the columns it was trained on are the default).
     """
     path = resolve_model(model)
     task_spec, meta = _task_for(path, task)
     max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
     if not os.path.isfile(input):
         raise CompressorError(f"input file not found: {input}")
-    if text_columns:
-        dataset = read_user_file(input, list(text_columns), task=task_spec)
+    if text_columns or task_spec.name not in TASKS:
+        dataset = read_user_file(input, list(text_columns or task_spec.text_fields), task=task_spec)
     else:
         split = "test" if os.path.basename(input).startswith("test") else "dev"
         dataset = read_glue_file(task_spec, input, split)

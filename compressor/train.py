@@ -18,13 +18,13 @@ import numpy as np
 import torch
 
 from .batches import encode, iter_batches, to_device
-from .data import get_task, load_split
+from .data import UserData, custom_task, get_task, load_data
 from .device import PRECISIONS, autocast, check_precision, resolve_device
 from .errors import CompressorError
 from .scoring import score
 from .io import versions
 from .metrics import task_score
-from .models import count_parameters, load_for_task, save_checkpoint
+from .models import checkpoint_meta, count_parameters, load_for_task, save_checkpoint
 from .progress import progress
 
 
@@ -162,18 +162,29 @@ def _evaluate(model, tokenizer, dev_set, config, device, step, start) -> dict:
             "elapsed_s": round(time.perf_counter() - start, 2)}
 
 
-def finetune(model: str, task: str, out: str, data_dir: Optional[str] = None,
+def finetune(model: str, task: Optional[str], out: str, data_dir: Optional[str] = None,
              train_limit: Optional[int] = None, dev_limit: Optional[int] = None,
-             config: Optional[TrainConfig] = None, overwrite: bool = False) -> dict:
-    """Fine-tune ``model`` on ``task`` and write a checkpoint plus ``metrics.json`` to ``out``."""
+             config: Optional[TrainConfig] = None, overwrite: bool = False,
+             user_data: Optional[UserData] = None) -> dict:
+    """Fine-tune ``model`` on ``task`` and write a checkpoint plus ``metrics.json`` to ``out``.
+
+    With ``user_data`` the task comes from the user's files (``task`` then only names it).
+    """
     config = config or TrainConfig()
     config.check()
-    task_spec = get_task(task)
+    if user_data is not None:
+        task_spec = user_data.task()
+        if task:
+            task_spec = custom_task(task, task_spec.text_fields, task_spec.labels, task_spec.metrics)
+    elif task:
+        task_spec = get_task(task)
+    else:
+        raise CompressorError("give a GLUE task (--task) or your own files (--train-file, --dev-file)")
     if os.path.exists(out) and os.listdir(out) and not overwrite:
         raise CompressorError(f"output folder {out} is not empty; pass --overwrite or choose another")
     resolve_device(config.device)
-    train_set = load_split(task_spec, "train", data_dir=data_dir, limit=train_limit)
-    dev_set = load_split(task_spec, "dev", data_dir=data_dir, limit=dev_limit)
+    train_set = load_data(task_spec, "train", data_dir, train_limit, user_data)
+    dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
     set_seed(config.seed)  # the new classifier head is drawn from this seed too
     net, tokenizer = load_for_task(model, task_spec)
     start = time.perf_counter()
@@ -188,9 +199,7 @@ def finetune(model: str, task: str, out: str, data_dir: Optional[str] = None,
         "wall_time_s": round(time.perf_counter() - start, 2),
         "config": asdict(config), "versions": versions(),
     }
-    meta = {"task": task_spec.name, "max_length": config.max_length,
-            "labels": list(task_spec.labels) if task_spec.labels else None,
-            "made_by": "finetune"}
+    meta = checkpoint_meta(task_spec, config.max_length, "finetune")
     net.to("cpu")
     record["size_bytes"] = save_checkpoint(net, tokenizer, out, meta, {"metrics.json": record})
     return record

@@ -65,3 +65,14 @@ def tiny_models(tmp_path_factory, minilm_dir):
         tokenizer.save_pretrained(path)
         paths[arch] = str(path)
     return paths
+
+
+def write_reviews(path, rows: int, start: int = 0) -> str:
+    """A user's CSV file whose label (pos/neg) is visible in the text: learnable in seconds."""
+    words = ["good", "great", "fine", "nice", "bad", "awful", "poor", "sad"]
+    lines = ["review,sentiment"]
+    for i in range(start, start + rows):
+        w = words[i % 8]
+        lines.append(f'"the film was {w}, and long {i % 7}",{"pos" if w in words[:4] else "neg"}')
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)

@@ -177,3 +177,27 @@ def test_base_encoder_teacher_without_finetune_is_refused(tiny_models, glue_dir,
 
 def test_builtin_stages_are_registered():
     assert {"finetune", "evaluate"} <= set(all_stages())
+
+
+def test_recipe_on_the_users_own_files(tiny_models, tmp_path):
+    from conftest import write_reviews
+
+    train = write_reviews(tmp_path / "train.csv", 400)
+    dev = write_reviews(tmp_path / "dev.csv", 32, start=400)
+    recipe = write(tmp_path, f"""
+name: reviews
+task: reviews
+data: {{train_file: {train}, dev_file: {dev}, text_columns: [review], label_column: sentiment}}
+device: cpu
+teacher:
+  model: {tiny_models['bert']}
+  finetune: {{epochs: 3, batch_size: 16, max_length: 16, lr: 2e-3}}
+stages:
+  - evaluate: {{}}
+""")
+    manifest = run_recipe(recipe, str(tmp_path / "run"), log=lambda m: None)
+    assert manifest["task"] == "reviews"
+    assert manifest["stages"][1]["metrics"]["accuracy"] >= 0.9
+    bad = write(tmp_path, "data: {train_file: nope.csv, text_columns: [review]}\n"
+                          "teacher: {model: m}\n", name="bad.yaml")
+    assert validate_recipe(bad) == [f"{bad}:1: data.train_file: no such file 'nope.csv'"]

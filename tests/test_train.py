@@ -9,7 +9,7 @@ import transformers
 from compressor.errors import CompressorError
 from compressor.scoring import evaluate, predict
 from compressor.train import TrainConfig, finetune
-from conftest import ARCHS
+from conftest import ARCHS, write_reviews
 
 QUICK = dict(epochs=1, batch_size=16, max_length=32, lr=1e-3, device="cpu")
 
@@ -46,19 +46,12 @@ def test_same_seed_same_result(tiny_models, glue_dir, tmp_path):
 
 def test_training_learns_a_learnable_task(tiny_models, tmp_path):
     """On a user file whose label is visible in the text, a tiny model must get far above chance."""
-    rows = ["text\tlabel"]
-    words = ["good", "great", "fine", "nice", "bad", "awful", "poor", "sad"]
-    for i in range(400):
-        w = words[i % 8]
-        rows.append(f"the film was {w} and long {i % 7}\t{int(w in words[:4])}")
-    train = tmp_path / "train.tsv"
-    train.write_text("\n".join(rows) + "\n")
     from compressor.data import read_user_file
     from compressor.models import load_for_task
     from compressor.scoring import score
     from compressor.train import fit, set_seed
 
-    data = read_user_file(str(train), ["text"], "label")
+    data = read_user_file(write_reviews(tmp_path / "train.csv", 400), ["review"], "sentiment")
     set_seed(0)
     model, tok = load_for_task(tiny_models["bert"], data.task)
     before = score(model, tok, data, 16)["accuracy"]
@@ -118,3 +111,39 @@ def test_mixed_precision_where_this_machine_allows_it(tiny_models, glue_dir, tmp
         assert 0.0 <= record["metrics"]["accuracy"] <= 1.0
         assert record["config"]["precision"] == precision
         assert record["history"] and record["steps"] == 4
+
+
+def test_own_files_finetune_eval_and_predict(tiny_models, tmp_path, capsys):
+    """A user's CSV files stand in for a GLUE task through the whole CLI."""
+    from compressor.cli import main
+
+    train = write_reviews(tmp_path / "train.csv", 400)
+    dev = write_reviews(tmp_path / "dev.csv", 64, start=400)
+    out = tmp_path / "ckpt"
+    main(["finetune", "--model", tiny_models["bert"], "--train-file", train, "--dev-file", dev,
+          "--text-column", "review", "--label-column", "sentiment", "--out", str(out),
+          "--epochs", "3", "--lr", "2e-3", "--batch-size", "16", "--max-length", "16",
+          "--device", "cpu"])
+    record = json.loads((out / "metrics.json").read_text())
+    assert record["task"] == "train" and record["metrics"]["accuracy"] >= 0.95
+    assert transformers.AutoConfig.from_pretrained(out).id2label == {0: "neg", 1: "pos"}
+    # eval and predict need no task or columns: the checkpoint remembers them
+    main(["eval", str(out), "--input", dev, "--label-column", "sentiment", "--device", "cpu"])
+    again = json.loads((out / "eval-train-user.json").read_text())
+    assert again["metrics"] == record["metrics"]
+    main(["predict", str(out), "--input", dev, "--output", str(tmp_path / "p.tsv"), "--device", "cpu"])
+    predicted = [line.split("\t")[1] for line in (tmp_path / "p.tsv").read_text().splitlines()[1:]]
+    truth = [line.rsplit(",", 1)[1] for line in open(dev).read().splitlines()[1:]]
+    assert sum(p == t for p, t in zip(predicted, truth)) >= 0.95 * len(truth)
+
+
+def test_dev_label_unknown_to_training_names_file_and_line(tiny_models, tmp_path):
+    from compressor.data import UserData
+
+    train = write_reviews(tmp_path / "train.csv", 16)
+    dev = tmp_path / "dev.csv"
+    dev.write_text('review,sentiment\n"fine",pos\n"meh",neutral\n')
+    data = UserData(train, str(dev), ("review",), "sentiment")
+    with pytest.raises(CompressorError, match=f"{dev}:3: label 'neutral' is not one of neg, pos"):
+        finetune(tiny_models["bert"], None, str(tmp_path / "o"), user_data=data,
+                 config=TrainConfig(**QUICK))

@@ -17,10 +17,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from ..data import load_split, resolve_data_dir
+from ..data import load_data, resolve_data_dir
 from ..errors import CompressorError
 from ..io import atomic_dir, read_json, versions, write_json
-from ..models import count_parameters, load_config, read_meta, resolve_model, size_on_disk
+from ..models import (checkpoint_meta, count_parameters, load_config, read_meta, resolve_model,
+                      size_on_disk)
 from .registry import TRAINABLE, config_to_dict, get_stage
 from .report import write_report
 from .schema import Recipe, load_recipe
@@ -45,13 +46,12 @@ class StageContext:
         """A task split, limited as the recipe says, loaded once per run."""
         if name not in self._cache:
             limit = {"train": self.recipe.train_limit, "dev": self.recipe.dev_limit}.get(name)
-            self._cache[name] = load_split(self.task, name, data_dir=self.data_dir, limit=limit)
+            self._cache[name] = load_data(self.task, name, data_dir=self.data_dir, limit=limit,
+                                          user_data=self.recipe.user_data)
         return self._cache[name]
 
     def meta(self, made_by: str, max_length: int) -> dict:
-        return {"task": self.task.name, "max_length": max_length,
-                "labels": list(self.task.labels) if self.task.labels else None,
-                "made_by": made_by, "recipe": self.recipe.name}
+        return checkpoint_meta(self.task, max_length, made_by, recipe=self.recipe.name)
 
 
 def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optional[str] = None,
@@ -65,7 +65,7 @@ def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optiona
     data = recipe.data_dir or data_dir
     data = data if data == "embedded" else resolve_data_dir(data)
     data_key = data if data in (None, "embedded") else os.path.abspath(data)
-    base = {"task": recipe.task.name, "data": data_key,
+    base = {"task": recipe.task.name, "data": data_key, "files": _files_key(recipe.user_data),
             "train_limit": recipe.train_limit, "dev_limit": recipe.dev_limit}
     manifest = {"recipe": recipe.name, "source": os.path.abspath(recipe.source)
                 if os.path.exists(recipe.source) else recipe.source,
@@ -220,6 +220,15 @@ def _model_key(path: str) -> str:
     stamps = sorted((f, int(os.path.getmtime(os.path.join(path, f))))
                     for f in os.listdir(path) if f.endswith((".safetensors", ".bin", ".json")))
     return json.dumps([os.path.abspath(path), stamps])
+
+
+def _files_key(user_data):
+    """The user's data files by path and timestamp, so an edited file re-runs the recipe."""
+    if user_data is None:
+        return None
+    return [[os.path.abspath(p), int(os.path.getmtime(p))] if p and os.path.exists(p) else p
+            for p in (user_data.train, user_data.dev)] + [list(user_data.text_columns),
+                                                          user_data.label_column]
 
 
 def _digest(obj) -> str:

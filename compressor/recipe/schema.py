@@ -6,14 +6,15 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from ..data import get_task
+from ..data import UserData, get_task
 from ..errors import CompressorError
 from ..train import TrainConfig
 from .registry import TRAINABLE, config_from_dict, get_stage
 from .yamlfile import LineDict, LineList, load_yaml, parse_yaml
 
 TOP_KEYS = ("name", "description", "task", "data", "teacher", "device", "seed", "stages")
-DATA_KEYS = ("dir", "train_limit", "dev_limit")
+DATA_KEYS = ("dir", "train_limit", "dev_limit", "train_file", "dev_file", "text_columns",
+             "label_column")
 TEACHER_KEYS = ("model", "finetune")
 
 
@@ -37,6 +38,7 @@ class Recipe:
     teacher_model: str
     teacher_finetune: Optional[TrainConfig]
     data_dir: Optional[str] = None
+    user_data: Optional[UserData] = None
     train_limit: Optional[int] = None
     dev_limit: Optional[int] = None
     device: str = "auto"
@@ -89,9 +91,13 @@ def _build(doc, path: str, digest: str, device_override: Optional[str]) -> Recip
         if key not in TOP_KEYS:
             problem(doc.line_of(key), f"unknown key '{key}'; a recipe has {', '.join(TOP_KEYS)}")
 
-    task = None
-    if "task" not in doc:
-        problem(1, "missing 'task' (e.g. task: sst2)")
+    data = doc.get("data", LineDict())
+    user_files = isinstance(data, LineDict) and ("train_file" in data or "dev_file" in data)
+    task, user_data = None, None
+    if user_files:
+        user_data, task = _user_data(data, doc.get("task"), problem)
+    elif "task" not in doc:
+        problem(1, "missing 'task' (e.g. task: sst2), or data.train_file for your own files")
     else:
         try:
             task = get_task(str(doc["task"]))
@@ -108,7 +114,6 @@ def _build(doc, path: str, digest: str, device_override: Optional[str]) -> Recip
         device = "auto"
 
     data_dir, train_limit, dev_limit = None, None, None
-    data = doc.get("data", LineDict())
     if not isinstance(data, LineDict):
         problem(doc.line_of("data"), "data must be a mapping (dir, train_limit, dev_limit)")
     else:
@@ -179,9 +184,36 @@ def _build(doc, path: str, digest: str, device_override: Optional[str]) -> Recip
         raise RecipeError(problems)
     name = doc.get("name") or os.path.splitext(os.path.basename(path))[0]
     return Recipe(source=path, name=str(name), task=task, teacher_model=teacher_model,
-                  teacher_finetune=teacher_finetune, data_dir=data_dir, train_limit=train_limit,
+                  teacher_finetune=teacher_finetune, data_dir=data_dir, user_data=user_data,
+                  train_limit=train_limit,
                   dev_limit=dev_limit, device=device, seed=seed,
                   description=str(doc.get("description", "")), stages=stages, digest=digest)
+
+
+def _user_data(data: LineDict, task_name, problem):
+    """The user's own files as the task; their labels come from the training file."""
+    columns = data.get("text_columns")
+    if isinstance(columns, str):
+        columns = [columns]
+    if not (isinstance(columns, list) and 1 <= len(columns) <= 2
+            and all(isinstance(c, str) for c in columns)):
+        problem(data.line_of("text_columns"), "data.text_columns must name 1 or 2 columns of your files")
+        return None, None
+    files = {}
+    for key in ("train_file", "dev_file"):
+        value = data.get(key)
+        if value is not None and not (isinstance(value, str) and os.path.isfile(value)):
+            problem(data.line_of(key), f"data.{key}: no such file {value!r}")
+            return None, None
+        files[key] = value
+    label = data.get("label_column", "label")
+    user_data = UserData(files["train_file"], files["dev_file"], tuple(columns), str(label),
+                         str(task_name) if task_name else None)
+    try:
+        return user_data, user_data.task()
+    except CompressorError as exc:
+        problem(data.line_of("train_file"), str(exc))
+        return None, None
 
 
 def _config(cls, settings, defaults, line, what, problem):
