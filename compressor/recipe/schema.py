@@ -87,9 +87,7 @@ def _build(doc, path: str, digest: str, device_override: Optional[str]) -> Recip
 
     if not isinstance(doc, LineDict):
         raise RecipeError([f"{path}:1: a recipe is a mapping with task, teacher and stages"])
-    for key in doc:
-        if key not in TOP_KEYS:
-            problem(doc.line_of(key), f"unknown key '{key}'; a recipe has {', '.join(TOP_KEYS)}")
+    _unknown_keys(doc, TOP_KEYS, "key", problem)
 
     data = doc.get("data", LineDict())
     user_files = isinstance(data, LineDict) and ("train_file" in data or "dev_file" in data)
@@ -115,11 +113,9 @@ def _build(doc, path: str, digest: str, device_override: Optional[str]) -> Recip
 
     data_dir, train_limit, dev_limit = None, None, None
     if not isinstance(data, LineDict):
-        problem(doc.line_of("data"), "data must be a mapping (dir, train_limit, dev_limit)")
+        problem(doc.line_of("data"), f"data must be a mapping ({', '.join(DATA_KEYS)})")
     else:
-        for key in data:
-            if key not in DATA_KEYS:
-                problem(data.line_of(key), f"unknown data key '{key}'; use {', '.join(DATA_KEYS)}")
+        _unknown_keys(data, DATA_KEYS, "data key", problem)
         data_dir = data.get("dir")
         if data_dir is not None and not isinstance(data_dir, str):
             problem(data.line_of("dir"), f"data.dir must be a path, got {data_dir!r}")
@@ -139,9 +135,7 @@ def _build(doc, path: str, digest: str, device_override: Optional[str]) -> Recip
     elif not isinstance(teacher, LineDict):
         problem(doc.line_of("teacher"), "teacher must be a checkpoint path or a mapping with model and finetune")
     else:
-        for key in teacher:
-            if key not in TEACHER_KEYS:
-                problem(teacher.line_of(key), f"unknown teacher key '{key}'; use model and finetune")
+        _unknown_keys(teacher, TEACHER_KEYS, "teacher key", problem)
         teacher_model = teacher.get("model")
         if not isinstance(teacher_model, str):
             problem(teacher.line_of("model"), "teacher.model must name a checkpoint folder, alias or hub id")
@@ -188,6 +182,12 @@ def _build(doc, path: str, digest: str, device_override: Optional[str]) -> Recip
                   train_limit=train_limit,
                   dev_limit=dev_limit, device=device, seed=seed,
                   description=str(doc.get("description", "")), stages=stages, digest=digest)
+
+
+def _unknown_keys(mapping: LineDict, allowed, what: str, problem) -> None:
+    for key in mapping:
+        if key not in allowed:
+            problem(mapping.line_of(key), f"unknown {what} '{key}'; use {', '.join(allowed)}")
 
 
 def _user_data(data: LineDict, task_name, problem):
