@@ -147,3 +147,15 @@ def test_dev_label_unknown_to_training_names_file_and_line(tiny_models, tmp_path
     with pytest.raises(CompressorError, match=f"{dev}:3: label 'neutral' is not one of neg, pos"):
         finetune(tiny_models["bert"], None, str(tmp_path / "o"), user_data=data,
                  config=TrainConfig(**QUICK))
+
+
+def test_gradient_accumulation_and_step_limit(tiny_models, glue_dir, tmp_path):
+    """64 rows in batches of 8, two batches per step: 4 optimiser steps an epoch."""
+    config = TrainConfig(**{**QUICK, "batch_size": 8, "grad_accum": 2, "epochs": 2})
+    record = finetune(tiny_models["bert"], "sst2", str(tmp_path / "a"), data_dir=glue_dir,
+                      train_limit=64, dev_limit=16, config=config)
+    assert record["steps"] == 8 and [h["step"] for h in record["history"]] == [4, 8]
+    config = TrainConfig(**{**QUICK, "batch_size": 8, "max_steps": 3, "eval_every": 2})
+    record = finetune(tiny_models["bert"], "sst2", str(tmp_path / "b"), data_dir=glue_dir,
+                      train_limit=64, dev_limit=16, config=config)
+    assert record["steps"] == 3 and [h["step"] for h in record["history"]] == [2, 3]
