@@ -14,27 +14,18 @@ from .errors import CompressorError
 
 def write_json(path: str, data) -> None:
     """Write JSON to a temporary name beside ``path``, then rename it into place."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=False, default=_jsonable)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    write_text(path, json.dumps(data, indent=2, default=_jsonable) + "\n")
 
 
 def write_text(path: str, text: str) -> None:
+    """Write ``text`` to a temporary name beside ``path``, then rename it into place."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes files private; keep the usual mode
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -61,6 +52,7 @@ def atomic_dir(path: str, overwrite: bool = True) -> Iterator[str]:
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
         if os.path.exists(path):
@@ -73,6 +65,12 @@ def atomic_dir(path: str, overwrite: bool = True) -> Iterator[str]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def versions() -> dict:

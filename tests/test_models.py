@@ -80,3 +80,16 @@ def test_checkpoint_folder_appears_whole_or_not_at_all(tiny_models, tmp_path):
     size = save_checkpoint(model, tok, str(target), {"task": "sst2"}, {"record.json": {"a": 1}})
     assert size == size_on_disk(str(target)) > 0
     assert json.loads((target / "record.json").read_text()) == {"a": 1, "size_bytes": size}
+
+
+def test_written_files_keep_the_usual_permissions(tmp_path):
+    from compressor.io import write_json
+    mask = os.umask(0o022)
+    try:
+        write_json(str(tmp_path / "r.json"), {"a": 1})
+        with atomic_dir(str(tmp_path / "d")) as tmp:
+            open(os.path.join(tmp, "f"), "w").close()
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755

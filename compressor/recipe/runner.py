@@ -147,6 +147,7 @@ def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
 
 def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
     """Fine-tune the base model, or score the given checkpoint, to fix the teacher's score."""
+    from ..device import resolve_device
     from ..metrics import task_score
     from ..models import load_for_task
     from ..scoring import score
@@ -161,8 +162,8 @@ def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
                 "add teacher.finetune settings to the recipe to fine-tune it first")
         net, tokenizer = load_for_task(ctx.model_dir, ctx.task)
         max_length = read_meta(ctx.model_dir).get("max_length", 128)
-        metrics = score(net, tokenizer, ctx.split("dev"), max_length, device=_device(recipe.device),
-                        desc="score teacher")
+        metrics = score(net, tokenizer, ctx.split("dev"), max_length,
+                        device=resolve_device(recipe.device), desc="score teacher")
         return {"model_dir": ctx.model_dir, "metrics": metrics, "split": "dev",
                 "score": task_score(ctx.task, metrics), "parameters": count_parameters(net),
                 "size_bytes": size_on_disk(ctx.model_dir)}
@@ -170,11 +171,6 @@ def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
 
     result = finetune_stage(ctx, recipe.teacher_finetune)
     return {**result, "train_examples": len(ctx.split("train"))}
-
-
-def _device(name):
-    from ..device import resolve_device
-    return resolve_device(name)
 
 
 def _claim(out: str, recipe: Recipe) -> None:
