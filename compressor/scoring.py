@@ -88,8 +88,7 @@ def evaluate(model: str, task: Optional[str] = None, split: str = "dev",
     max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
     if input:
         dataset = read_user_file(input, list(text_columns or task_spec.text_fields), label_column,
-                                 task=task_spec, split="user")
-        dataset.examples = dataset.examples[:limit] if limit is not None else dataset.examples
+                                 task=task_spec, split="user", limit=limit)
         split = "user"
     else:
         dataset = load_split(task_spec, split, data_dir=data_dir, limit=limit)

@@ -11,14 +11,14 @@ import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Optional
 
 import numpy as np
 import torch
 
 from .batches import encode, iter_batches, to_device
-from .data import UserData, custom_task, get_task, load_data
+from .data import UserData, get_task, load_data
 from .device import PRECISIONS, autocast, check_precision, resolve_device
 from .errors import CompressorError
 from .scoring import score
@@ -173,9 +173,7 @@ def finetune(model: str, task: Optional[str], out: str, data_dir: Optional[str] 
     config = config or TrainConfig()
     config.check()
     if user_data is not None:
-        task_spec = user_data.task()
-        if task:
-            task_spec = custom_task(task, task_spec.text_fields, task_spec.labels, task_spec.metrics)
+        task_spec = (replace(user_data, name=task) if task else user_data).task()
     elif task:
         task_spec = get_task(task)
     else:

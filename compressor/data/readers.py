@@ -293,13 +293,14 @@ def _user_rows(path: str, ext: str, required: list) -> Iterator[tuple[int, dict]
 
 
 def read_user_file(path, text_columns, label_column: str | None = None, task: TaskSpec | str | None = None,
-                   split: str = "user") -> Dataset:
+                   split: str = "user", limit: int | None = None) -> Dataset:
     """Read the user's own TSV/CSV/JSONL file.
 
     Without ``task``, a label column defines a custom task: float labels that
     are not all whole numbers mean regression; otherwise the distinct labels,
     sorted (numerically when they are numbers, so ids 0..K-1 keep their value),
     are the classes. ``guid`` is an id/index/idx/guid column or the line number.
+    ``limit`` keeps the first N rows (the labels are still inferred from all of them).
     """
     path = str(path)
     text_columns = [text_columns] if isinstance(text_columns, str) else list(text_columns)
@@ -332,7 +333,7 @@ def read_user_file(path, text_columns, label_column: str | None = None, task: Ta
         examples = [Example(t, None, g) for _, t, _, g in rows]
     else:
         examples = [Example(t, _parse_label(task, raw, loc, allow_ids=True), g) for loc, t, raw, g in rows]
-    return Dataset(task, split, examples, path)
+    return Dataset(task, split, examples if limit is None else examples[:limit], path)
 
 
 def _infer_labels(raws: list) -> tuple | None:

@@ -36,10 +36,8 @@ class UserData:
         if not path:
             flag = {"train": "--train-file", "dev": "--dev-file"}.get(split)
             raise CompressorError(f"no {split} file was given" + (f" ({flag})" if flag else ""))
-        data = read_user_file(path, list(self.text_columns), self.label_column, task=task, split=split)
-        if limit is not None:
-            data.examples = data.examples[:limit]
-        return data
+        return read_user_file(path, list(self.text_columns), self.label_column, task=task,
+                              split=split, limit=limit)
 
 
 def task_to_dict(task: TaskSpec) -> dict:
