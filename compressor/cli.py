@@ -216,6 +216,20 @@ def _print_metrics(record):
                f"({record['examples']} examples, score {record['score']:.2f})")
 
 
+# Each method's package adds its own commands: a module here defines ``register(cli)``.
+_COMMAND_MODULES = ("compressor.distill.cli", "compressor.quantize.cli", "export.cli", "bench.cli")
+
+
+def _add_commands():
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name).register(cli)
+
+
+_add_commands()
+
+
 def main(argv=None):
     """Entry point: a user's mistake is one line on stderr and exit status 1, never a traceback."""
     # transformers' advice ("You should probably TRAIN this model...") is noise at a command line

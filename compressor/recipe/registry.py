@@ -32,7 +32,9 @@ class StageType:
 
 STAGES: Dict[str, StageType] = {}
 
-_STAGE_MODULES = ("compressor.recipe.builtin",)
+# Each method's package registers its stages in its own module, listed here.
+_STAGE_MODULES = ("compressor.recipe.builtin", "compressor.distill.stage",
+                  "compressor.quantize.stage", "export.stage", "bench.stage")
 _loaded = False
 
 

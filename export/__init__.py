@@ -1,0 +1,1 @@
+"""ONNX export and the torch-free deployment runtime."""
