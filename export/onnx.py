@@ -1,0 +1,278 @@
+"""Export a toolkit checkpoint to an ONNX folder that runs without torch.
+
+The folder holds ``model.onnx`` (dynamic batch and sequence axes), the
+tokenizer files, ``config.json``, ``manifest.json`` (task, labels, max length,
+opset, exporter, graph fusions, versions) and ``parity.json`` (the ONNX graph
+against the PyTorch model on the task's real dev sentences).
+
+Transformers models go through optimum's exporter; anything else the toolkit
+loads (a distilled BiLSTM/CNN student, say) through ``torch.onnx``.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import time
+from typing import Optional
+
+import numpy as np
+
+from compressor.errors import CompressorError
+from compressor.io import atomic_dir, read_json, versions, write_json
+
+MODEL_FILE = "model.onnx"
+MANIFEST_FILE = "manifest.json"
+PARITY_FILE = "parity.json"
+FORMAT = "compressor-onnx/1"
+DEFAULT_OPSET = 17
+# the graph-level fusions onnxruntime's transformer optimizer reports, by operator
+FUSED_OPS = ("EmbedLayerNormalization", "Attention", "MultiHeadAttention", "SkipLayerNormalization",
+             "LayerNormalization", "BiasGelu", "FastGelu", "Gelu", "SkipSimplifiedLayerNormalization")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                    "vocab.txt", "vocab.json", "merges.txt", "spm.model", "sentencepiece.bpe.model")
+
+
+def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset: int = DEFAULT_OPSET,
+                optimize: bool = True, parity: bool = True, data_dir: Optional[str] = None,
+                parity_limit: Optional[int] = None, exporter: str = "auto",
+                overwrite: bool = True) -> dict:
+    """Export ``model_dir`` (a toolkit or Hugging Face checkpoint) to the folder ``out_dir``.
+
+    ``optimize`` runs onnxruntime's transformer optimizer (Attention,
+    SkipLayerNormalization, BiasGelu, EmbedLayerNormalization fusions, where
+    the graph allows them) and keeps the fused graph as ``model.onnx``.
+    ``parity`` compares the final graph with the PyTorch model on the task's
+    dev split (``parity_limit`` rows) and writes ``parity.json``.
+    ``exporter`` is ``auto`` (optimum for transformers models, else torch.onnx),
+    ``optimum`` or ``torch``. Returns the manifest.
+    """
+    from compressor.models import load_for_task, read_meta, resolve_model
+    from compressor.scoring import _task_for
+
+    if exporter not in ("auto", "optimum", "torch"):
+        raise CompressorError(f"exporter must be auto, optimum or torch, got {exporter!r}")
+    path = resolve_model(model_dir)
+    task_spec, meta = _task_for(path, task)
+    net, tokenizer = load_for_task(path, task_spec)
+    net.eval()
+    max_length = meta.get("max_length", 128)
+    start = time.perf_counter()
+    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+        used = _export_graph(net, tokenizer, tmp, opset, exporter)
+        _copy_side_files(path, tokenizer, tmp)
+        input_names = _graph_inputs(os.path.join(tmp, MODEL_FILE))
+        optimization = optimize_graph(os.path.join(tmp, MODEL_FILE), net.config) if optimize else None
+        manifest = {
+            "format": FORMAT, "model_file": MODEL_FILE, "task": task_spec.name,
+            "task_spec": meta.get("task_spec") or _task_dict(task_spec),
+            "labels": list(task_spec.labels) if task_spec.labels else None,
+            "regression": task_spec.is_regression, "max_length": max_length,
+            "inputs": input_names, "opset": opset, "exporter": used, "precision": "fp32",
+            "optimization": optimization, "source": os.path.abspath(path),
+            "model_type": getattr(net.config, "model_type", type(net).__name__),
+            "versions": _versions(),
+        }
+        write_json(os.path.join(tmp, MANIFEST_FILE), manifest)
+        if parity:
+            from compressor.data import load_split
+
+            dataset = load_split(task_spec, "dev", data_dir=data_dir, limit=parity_limit)
+            check = parity_check(net, tokenizer, os.path.join(tmp, MODEL_FILE), dataset.examples,
+                                 max_length, regression=task_spec.is_regression)
+            check.update(task=task_spec.name, split="dev", data=dataset.source)
+            write_json(os.path.join(tmp, PARITY_FILE), check)
+            manifest["parity"] = check
+        manifest["export_time_s"] = round(time.perf_counter() - start, 2)
+        write_json(os.path.join(tmp, MANIFEST_FILE), manifest)
+    return manifest
+
+
+def read_manifest(folder: str) -> dict:
+    """The manifest of an export folder, or a CompressorError saying what is missing."""
+    file = os.path.join(folder, MANIFEST_FILE)
+    if not os.path.isfile(file):
+        raise CompressorError(f"{folder} is not an ONNX export folder (no {MANIFEST_FILE})")
+    manifest = read_json(file)
+    model = os.path.join(folder, manifest.get("model_file", MODEL_FILE))
+    if not os.path.isfile(model):
+        raise CompressorError(f"{folder}: the manifest names {os.path.basename(model)}, which is missing")
+    return manifest
+
+
+def is_export(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, MANIFEST_FILE)) and \
+        os.path.isfile(os.path.join(folder, MODEL_FILE))
+
+
+# -- export --------------------------------------------------------------
+
+def _export_graph(net, tokenizer, out: str, opset: int, exporter: str) -> str:
+    from transformers import PreTrainedModel
+
+    if exporter in ("auto", "optimum") and isinstance(net, PreTrainedModel):
+        try:
+            _export_optimum(net, out, opset)
+            return "optimum"
+        except Exception as exc:  # an architecture or shape optimum's configs do not cover
+            if exporter == "optimum":
+                raise CompressorError(f"optimum could not export {type(net).__name__}: "
+                                      f"{str(exc).splitlines()[0][:300]}") from None
+    _export_torch(net, tokenizer, out, opset)
+    return "torch.onnx"
+
+
+def _export_optimum(net, out: str, opset: int) -> None:
+    import logging
+
+    from optimum.exporters.onnx import onnx_export_from_model
+
+    logging.getLogger("optimum").setLevel(logging.ERROR)
+    work = os.path.join(out, ".optimum")
+    # validation is ours (parity on real sentences), so optimum's own random-input check is skipped
+    onnx_export_from_model(net, work, opset=opset, task="text-classification", do_validation=False,
+                           preprocessors=[])
+    shutil.move(os.path.join(work, MODEL_FILE), os.path.join(out, MODEL_FILE))
+    for extra in glob.glob(os.path.join(work, "*.onnx_data")) + glob.glob(os.path.join(work, "*.data")):
+        shutil.move(extra, out)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _export_torch(net, tokenizer, out: str, opset: int) -> None:
+    import torch
+
+    from compressor.arch import uses_token_type_ids
+
+    config = getattr(net, "config", None)
+    try:
+        types = config is not None and uses_token_type_ids(config)
+    except CompressorError:
+        types = False
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if types else [])
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *inputs):
+            return self.inner(**dict(zip(names, inputs))).logits
+
+    enc = tokenizer(["a short example", "and a somewhat longer second example sentence"],
+                    padding=True, return_tensors="pt", return_token_type_ids=types)
+    args = tuple(enc[n] for n in names)
+    axes = {n: {0: "batch_size", 1: "sequence_length"} for n in names}
+    axes["logits"] = {0: "batch_size"}
+    with torch.no_grad():
+        torch.onnx.export(Logits(net).eval(), args, os.path.join(out, MODEL_FILE), input_names=names,
+                          output_names=["logits"], dynamic_axes=axes, opset_version=opset,
+                          dynamo=False, do_constant_folding=True)
+
+
+def _copy_side_files(src: str, tokenizer, out: str) -> None:
+    for name in ("config.json", "compressor.json") + _TOKENIZER_FILES:
+        file = os.path.join(src, name)
+        if os.path.isfile(file) and not os.path.exists(os.path.join(out, name)):
+            shutil.copy2(file, out)
+    if not os.path.isfile(os.path.join(out, "tokenizer.json")):
+        # the torch-free runtime reads only tokenizer.json: write it from the fast tokenizer
+        if not getattr(tokenizer, "is_fast", False):
+            raise CompressorError(f"{src}: the runtime needs a fast tokenizer (tokenizer.json)")
+        tokenizer.backend_tokenizer.save(os.path.join(out, "tokenizer.json"))
+
+
+def _graph_inputs(model_file: str) -> list:
+    import onnx
+
+    graph = onnx.load(model_file, load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    return [i.name for i in graph.input if i.name not in initializers]
+
+
+def _task_dict(task_spec) -> dict:
+    from compressor.data import task_to_dict
+
+    return task_to_dict(task_spec)
+
+
+def _versions() -> dict:
+    import onnx
+    import onnxruntime
+
+    info = versions()
+    info.update(onnx=onnx.__version__, onnxruntime=onnxruntime.__version__)
+    try:
+        import importlib.metadata as md
+
+        info["optimum"] = md.version("optimum")
+        info["optimum-onnx"] = md.version("optimum-onnx")
+    except Exception:
+        pass
+    return info
+
+
+# -- graph optimisation --------------------------------------------------
+
+def optimize_graph(model_file: str, config=None) -> dict:
+    """Fuse the transformer graph in place with onnxruntime's optimizer; report what fused.
+
+    Returns ``{"tool", "fusions": {op: count}, "before": {...}, "after": {...}}``
+    where ``fusions`` lists only the fused operators that appeared.
+    """
+    import onnx
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", None) or 0
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "dim", None) or 0
+    if heads and hidden and hidden % heads:
+        heads, hidden = 0, 0  # pruned or odd shapes: let the optimizer read them off the graph
+    before = _op_counts(onnx.load(model_file))
+    # opt_level 0: only the pattern fusions, so the file stays portable across CPU and GPU
+    optimized = optimize_model(model_file, model_type="bert", num_heads=heads, hidden_size=hidden,
+                               opt_level=0)
+    optimized.save_model_to_file(model_file)
+    after = _op_counts(onnx.load(model_file))
+    fusions = {op: after[op] for op in FUSED_OPS if after.get(op, 0) > before.get(op, 0)}
+    return {"tool": "onnxruntime.transformers.optimizer (model_type bert, opt_level 0)",
+            "fusions": fusions, "nodes_before": sum(before.values()), "nodes_after": sum(after.values())}
+
+
+def _op_counts(model) -> dict:
+    counts: dict = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+# -- parity --------------------------------------------------------------
+
+def parity_check(net, tokenizer, model_file: str, examples, max_length: int,
+                 regression: bool = False, batch_size: int = 32) -> dict:
+    """The ONNX graph against the PyTorch model on the same token ids (same batches, same padding)."""
+    import onnxruntime as ort
+    import torch
+
+    from compressor.batches import encode, iter_batches
+
+    session = ort.InferenceSession(model_file, providers=["CPUExecutionProvider"])
+    wanted = {i.name for i in session.get_inputs()}
+    items = encode(tokenizer, examples, max_length, net.config)
+    n_labels = net.config.num_labels
+    torch_logits = np.zeros((len(items), n_labels), np.float32)
+    onnx_logits = np.zeros_like(torch_logits)
+    net.eval()
+    with torch.no_grad():
+        for batch in iter_batches(items, batch_size, tokenizer.pad_token_id or 0, regression):
+            order = batch.pop("order").numpy()
+            batch.pop("labels", None)
+            torch_logits[order] = net(**batch).logits.float().numpy()
+            feed = {k: v.numpy().astype(np.int64) for k, v in batch.items() if k in wanted}
+            onnx_logits[order] = session.run(None, feed)[0]
+    diff = np.abs(torch_logits - onnx_logits)
+    if regression:
+        same = float(np.mean(np.abs(torch_logits[:, 0] - onnx_logits[:, 0]) < 1e-3))
+    else:
+        same = float(np.mean(torch_logits.argmax(-1) == onnx_logits.argmax(-1)))
+    return {"examples": len(items), "max_abs_logit_diff": float(diff.max()) if diff.size else 0.0,
+            "mean_abs_logit_diff": float(diff.mean()) if diff.size else 0.0,
+            "identical_predictions": round(same, 6), "batch_size": batch_size}
