@@ -119,8 +119,16 @@ def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, o
 @click.option("--batch-size", type=int, default=64, show_default=True)
 @click.option("--max-length", type=int, default=None)
 @click.option("--device", default="auto", show_default=True)
-def predict(model, input_, output, task, text_columns, batch_size, max_length, device):
+@click.option("--onnx", is_flag=True,
+              help="MODEL is an ONNX export folder (compressor export): run it with onnxruntime, no torch.")
+def predict(model, input_, output, task, text_columns, batch_size, max_length, device, onnx):
     """Label every row of a file (a GLUE test split, or your own TSV/CSV/JSONL)."""
+    if onnx:
+        from export.onnx import predict_file
+
+        result = predict_file(model, input_, output, text_columns=text_columns, batch_size=batch_size)
+        click.echo(f"{result['rows']} rows labelled: {result['output']}")
+        return
     from .scoring import predict as run
 
     result = run(model, input_, output, task=task, text_columns=text_columns,

@@ -36,7 +36,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_m
 def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset: int = DEFAULT_OPSET,
                 optimize: bool = True, parity: bool = True, data_dir: Optional[str] = None,
                 parity_limit: Optional[int] = None, exporter: str = "auto",
-                overwrite: bool = True) -> dict:
+                overwrite: bool = True, examples=None) -> dict:
     """Export ``model_dir`` (a toolkit or Hugging Face checkpoint) to the folder ``out_dir``.
 
     ``optimize`` runs onnxruntime's transformer optimizer (Attention,
@@ -45,7 +45,8 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
     ``parity`` compares the final graph with the PyTorch model on the task's
     dev split (``parity_limit`` rows) and writes ``parity.json``.
     ``exporter`` is ``auto`` (optimum for transformers models, else torch.onnx),
-    ``optimum`` or ``torch``. Returns the manifest.
+    ``optimum`` or ``torch``. ``examples`` (task examples) replace the dev split
+    for the parity check. Returns the manifest.
     """
     from compressor.models import load_for_task, read_meta, resolve_model
     from compressor.scoring import _task_for
@@ -75,12 +76,15 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
         }
         write_json(os.path.join(tmp, MANIFEST_FILE), manifest)
         if parity:
-            from compressor.data import load_split
+            source = "given examples"
+            if examples is None:
+                from compressor.data import load_split
 
-            dataset = load_split(task_spec, "dev", data_dir=data_dir, limit=parity_limit)
-            check = parity_check(net, tokenizer, os.path.join(tmp, MODEL_FILE), dataset.examples,
+                dataset = load_split(task_spec, "dev", data_dir=data_dir, limit=parity_limit)
+                examples, source = dataset.examples, dataset.source
+            check = parity_check(net, tokenizer, os.path.join(tmp, MODEL_FILE), examples,
                                  max_length, regression=task_spec.is_regression)
-            check.update(task=task_spec.name, split="dev", data=dataset.source)
+            check.update(task=task_spec.name, split="dev", data=source)
             write_json(os.path.join(tmp, PARITY_FILE), check)
             manifest["parity"] = check
         manifest["export_time_s"] = round(time.perf_counter() - start, 2)
@@ -276,3 +280,53 @@ def parity_check(net, tokenizer, model_file: str, examples, max_length: int,
     return {"examples": len(items), "max_abs_logit_diff": float(diff.max()) if diff.size else 0.0,
             "mean_abs_logit_diff": float(diff.mean()) if diff.size else 0.0,
             "identical_predictions": round(same, 6), "batch_size": batch_size}
+
+
+def score_onnx(folder: str, dataset, threads: Optional[int] = None) -> dict:
+    """The task's metrics for an export folder on a labelled dataset, through the ``Predictor``."""
+    from compressor.metrics import compute_metrics
+
+    from .runtime import Predictor
+
+    predictor = Predictor(folder, threads=threads)
+    texts = [ex.texts[0] if len(ex.texts) == 1 else tuple(ex.texts) for ex in dataset.examples]
+    logits = predictor.logits(texts, batch_size=64)
+    preds = logits[:, 0] if dataset.task.is_regression else logits.argmax(-1)
+    return compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])
+
+
+# -- labelling files -----------------------------------------------------
+
+def predict_file(folder: str, input: str, output: str, text_columns=None, batch_size: int = 64,
+                 threads: Optional[int] = None) -> dict:
+    """``compressor predict --onnx``: label a GLUE or user file with the torch-free ``Predictor``."""
+    import csv
+    import io
+
+    from compressor.data import TASKS, read_glue_file, read_user_file, task_from_dict
+    from compressor.io import write_text
+
+    from .runtime import Predictor
+
+    manifest = read_manifest(folder)
+    task_spec = task_from_dict(manifest["task_spec"])
+    if not os.path.isfile(input):
+        raise CompressorError(f"input file not found: {input}")
+    if text_columns or task_spec.name not in TASKS:
+        dataset = read_user_file(input, list(text_columns or task_spec.text_fields), task=task_spec)
+    else:
+        split = "test" if os.path.basename(input).startswith("test") else "dev"
+        dataset = read_glue_file(task_spec, input, split)
+    if not dataset.examples:
+        raise CompressorError(f"{input} holds no rows to predict")
+    predictor = Predictor(folder, threads=threads)
+    texts = [ex.texts[0] if len(ex.texts) == 1 else tuple(ex.texts) for ex in dataset.examples]
+    labels = predictor.predict(texts, batch_size)
+    buf = io.StringIO()
+    writer = csv.writer(buf, delimiter="\t", lineterminator="\n")
+    writer.writerow(["index", "prediction"])
+    for ex, label in zip(dataset.examples, labels):
+        writer.writerow([ex.guid, f"{label:.3f}" if isinstance(label, float) else label])
+    write_text(output, buf.getvalue())
+    return {"input": input, "output": os.path.abspath(output), "rows": len(labels),
+            "task": task_spec.name, "engine": "onnxruntime"}

@@ -1,0 +1,138 @@
+"""The deployment runtime: classify text from an export folder with onnxruntime, tokenizers, numpy.
+
+Nothing here imports torch or transformers, so an edge box needs only those
+three packages (and this file)::
+
+    from export.runtime import Predictor
+    p = Predictor("runs/x/export")
+    p.predict(["a gripping, funny film", "flat and lifeless"])   # ['1', '0']
+
+or from a shell, one text per line (a tab separates the two texts of a pair)::
+
+    python -m export.runtime runs/x/export < sentences.txt
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+Text = Union[str, Tuple[str, str]]
+
+
+class Predictor:
+    """An ONNX classifier with its tokenizer, read from a folder ``export_onnx`` wrote."""
+
+    def __init__(self, folder: str, threads: Optional[int] = None, providers: Optional[list] = None,
+                 model_file: Optional[str] = None):
+        manifest_file = os.path.join(folder, "manifest.json")
+        if not os.path.isfile(manifest_file):
+            raise FileNotFoundError(f"{folder} is not an ONNX export folder (no manifest.json)")
+        with open(manifest_file) as f:
+            self.manifest = json.load(f)
+        self.labels = self.manifest.get("labels")
+        self.regression = bool(self.manifest.get("regression"))
+        self.max_length = int(self.manifest.get("max_length", 128))
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        path = os.path.join(folder, model_file or self.manifest.get("model_file", "model.onnx"))
+        self.session = ort.InferenceSession(path, options, providers=providers or ["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.tokenizer = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(self.max_length)
+        self.pad_id = _pad_id(folder, self.tokenizer)
+
+    def encode(self, texts: Sequence[Text]) -> dict:
+        """Token ids for a batch, padded to its longest text (one text: no padding at all)."""
+        pairs = [tuple(t) if isinstance(t, (tuple, list)) else t for t in texts]
+        encs = self.tokenizer.encode_batch(pairs)
+        width = max(len(e.ids) for e in encs)
+        ids = np.full((len(encs), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(encs), width), dtype=np.int64)
+        types = np.zeros((len(encs), width), dtype=np.int64)
+        for row, e in enumerate(encs):
+            n = len(e.ids)
+            ids[row, :n] = e.ids
+            mask[row, :n] = 1
+            types[row, :n] = e.type_ids
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        return {name: feed[name] for name in self.inputs}
+
+    def run(self, feed: dict) -> np.ndarray:
+        return self.session.run(None, feed)[0]
+
+    def logits(self, texts: Sequence[Text], batch_size: int = 32) -> np.ndarray:
+        """Logits in input order; texts are batched by length so little is spent on padding."""
+        texts = list(texts)
+        out: Optional[np.ndarray] = None
+        order = sorted(range(len(texts)), key=lambda i: len(_flat(texts[i])))
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            logits = self.run(self.encode([texts[i] for i in idx]))
+            if out is None:
+                out = np.zeros((len(texts), logits.shape[-1]), dtype=np.float32)
+            out[idx] = logits
+        return out if out is not None else np.zeros((0, len(self.labels or [0])), np.float32)
+
+    def predict(self, texts: Sequence[Text], batch_size: int = 32) -> List:
+        """A label per text (a float for regression tasks)."""
+        logits = self.logits(texts, batch_size)
+        if self.regression:
+            return [float(v) for v in logits[:, 0]]
+        ids = logits.argmax(-1)
+        return [self.labels[i] if self.labels else int(i) for i in ids]
+
+    def predict_proba(self, texts: Sequence[Text], batch_size: int = 32) -> np.ndarray:
+        logits = self.logits(texts, batch_size)
+        e = np.exp(logits - logits.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+
+def _flat(text: Text) -> str:
+    return text if isinstance(text, str) else " ".join(text)
+
+
+def _pad_id(folder: str, tokenizer: Tokenizer) -> int:
+    token = None
+    config = os.path.join(folder, "tokenizer_config.json")
+    if os.path.isfile(config):
+        with open(config) as f:
+            token = json.load(f).get("pad_token")
+        if isinstance(token, dict):
+            token = token.get("content")
+    for candidate in (token, "[PAD]", "<pad>"):
+        if candidate and tokenizer.token_to_id(candidate) is not None:
+            return tokenizer.token_to_id(candidate)
+    return 0
+
+
+def main(argv: Optional[list] = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m export.runtime",
+                                     description="Label texts (one per line on stdin; TAB splits a pair).")
+    parser.add_argument("folder", help="an ONNX export folder")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args(argv)
+    try:
+        predictor = Predictor(args.folder, threads=args.threads)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    texts = [tuple(line.rstrip("\n").split("\t", 1)) if "\t" in line else line.rstrip("\n")
+             for line in sys.stdin if line.strip()]
+    for label in predictor.predict(texts):
+        print(label)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
