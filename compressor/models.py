@@ -115,6 +115,11 @@ def load_for_task(name_or_path: str, task=None, attn_implementation: Optional[st
     from .arch import arch_of
 
     path = resolve_model(name_or_path)
+    if os.path.isdir(path) and read_meta(path).get("architecture"):
+        # a student that is no transformers model (BiLSTM, CNN): compressor.json names its class
+        from .distill.small import load_small
+
+        return load_small(path, task), load_tokenizer(path)
     config = load_config(path)
     arch_of(config)  # refuse unsupported architectures up front
     kwargs = {}

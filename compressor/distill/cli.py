@@ -1,5 +1,65 @@
 """Command-line commands of this package; ``compressor.cli`` calls ``register``."""
+import os
+
+import click
+
+
+def _settings(pairs, what):
+    """``KEY=VALUE`` options as a mapping; values read as YAML (numbers, true/false, [1, 3])."""
+    import yaml
+
+    from ..errors import CompressorError
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise CompressorError(f"--{what} takes KEY=VALUE, got '{pair}'")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
 
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
+    from ..cli import _print_metrics, _train_options, data_dir_option
+
+    @cli.command()
+    @click.option("--teacher", required=True, help="The teacher: a task checkpoint folder.")
+    @click.option("--out", required=True, type=click.Path(file_okay=False), help="Student folder to write.")
+    @click.option("--task", default=None, help="Defaults to the teacher's task.")
+    @data_dir_option
+    @click.option("--student", "student", multiple=True, metavar="KEY=VALUE",
+                  help="Student setting, repeatable: kind=layers|config|pretrained|bilstm|cnn, "
+                       "num_layers=3, pick=every|first|last, layers=[2,4,6], hidden_size=312, "
+                       "heads=12, ffn_size=1200, model=PATH, embedding_dim=64.")
+    @click.option("--loss", "loss", multiple=True, metavar="KEY=VALUE",
+                  help="Loss weight or setting, repeatable: kd=1, temperature=2, task=0.5, "
+                       "hidden=1, hidden_mapping=uniform|skip|last|[2,4,6], embedding=1, "
+                       "attention=1, attention_loss=mse|kl, cosine=1, minilm=1, logits_mse=1.")
+    @click.option("--intermediate-epochs", type=float, default=0.0, show_default=True,
+                  help="TinyBERT's two stages: epochs of layer losses alone before the prediction stage.")
+    @click.option("--intermediate-lr", type=float, default=0.0, help="Learning rate of that stage [default: --lr].")
+    @click.option("--no-cache", is_flag=True, help="Run the teacher on every batch instead of caching its logits.")
+    @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
+    @click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
+    @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
+    @_train_options
+    def distill(teacher, out, task, data_dir, student, loss, intermediate_epochs, intermediate_lr,
+                no_cache, train_limit, dev_limit, overwrite, **kwargs):
+        """Distil a task checkpoint into a smaller student; writes the student and metrics.json."""
+        from .distiller import DistillConfig, distill as run
+
+        student_values = _settings(student, "student") or {"kind": "layers", "num_layers": 3}
+        config = DistillConfig(**kwargs, student=student_values, losses=_settings(loss, "loss"),
+                               intermediate_epochs=intermediate_epochs,
+                               intermediate_lr=intermediate_lr, cache_teacher_logits=not no_cache)
+        record = run(teacher, out, task=task, config=config, data_dir=data_dir,
+                     train_limit=train_limit, dev_limit=dev_limit, overwrite=overwrite)
+        _print_metrics(record)
+        click.echo(f"teacher score {record['teacher_score']:.2f}, retention "
+                   f"{100 * record['retention']:.1f}%, parameters {record['parameters']:,} "
+                   f"(teacher {record['teacher_parameters']:,})")
+        click.echo(f"student: {os.path.abspath(out)}")

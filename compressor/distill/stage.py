@@ -1,1 +1,38 @@
 """Recipe stages of this package (registered with ``compressor.recipe.registry.register_stage``)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import CompressorError
+from ..metrics import task_score
+from ..models import count_parameters, load_for_task, read_meta, resolve_model
+from ..recipe.registry import register_stage
+from ..scoring import score
+from .distiller import DistillConfig, distill_model, student_meta
+
+
+@register_stage("distill", DistillConfig)
+def distill_stage(ctx, config: DistillConfig) -> dict:
+    """Train a student (fewer layers, narrower, another encoder, BiLSTM/CNN, or the input) from the teacher."""
+    from ..models import save_checkpoint
+
+    teacher_dir = {"recipe": ctx.teacher_dir, "input": ctx.model_dir}.get(config.teacher)
+    teacher_dir = resolve_model(teacher_dir or config.teacher)
+    if config.student.get("kind") == "input":
+        # the stage's input model is the student (say, recovering a pruned model from the teacher)
+        config = replace(config, student={**config.student, "kind": "pretrained",
+                                          "model": ctx.model_dir})
+    attn = "eager" if config.loss_config().needs_attentions else None
+    teacher, tokenizer = load_for_task(teacher_dir, ctx.task, attn_implementation=attn)
+    if getattr(teacher.config, "num_labels", None) != ctx.task.num_labels:
+        raise CompressorError(f"teacher {teacher_dir} is not a {ctx.task.name} classifier")
+    student, student_tok, result = distill_model(teacher, tokenizer, ctx.split("train"),
+                                                 ctx.split("dev"), config,
+                                                 desc=f"distill {ctx.task.name}")
+    meta = student_meta(ctx.task, config, student, recipe=ctx.recipe.name)
+    save_checkpoint(student, student_tok, ctx.out_dir, meta)
+    return {"metrics": result["metrics"], "score": result["score"], "split": "dev",
+            "parameters": count_parameters(student), "student": result["student"],
+            "teacher_parameters": count_parameters(teacher), "phases": [
+                {k: v for k, v in p.items()} for p in result["phases"]],
+            "cached_teacher_logits": result["cached_teacher_logits"]}

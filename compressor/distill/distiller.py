@@ -1,0 +1,368 @@
+"""Running a distillation: the teacher, the student, the losses, on the shared training loop."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from ..arch import arch_of
+from ..data import get_task, load_data
+from ..device import resolve_device
+from ..errors import CompressorError
+from ..io import versions
+from ..metrics import task_score
+from ..models import (checkpoint_meta, count_parameters, load_for_task, resolve_model,
+                      save_checkpoint, size_on_disk)
+from ..progress import progress
+from ..scoring import predict_logits, score
+from ..train import TrainConfig, fit, set_seed
+from . import losses as L
+from .losses import INTERMEDIATE_LOSSES, LossConfig, layer_mapping, loss_config
+from .students import StudentSpec, build_student, same_tokenizer, student_spec
+
+
+@dataclass
+class DistillConfig(TrainConfig):
+    """Training settings plus the student and the losses; the keys of the ``distill`` stage."""
+
+    student: dict = field(default_factory=lambda: {"kind": "layers", "num_layers": 3})
+    losses: dict = field(default_factory=dict)
+    intermediate_epochs: float = 0.0   # TinyBERT's two stages: this many epochs of layer losses first
+    intermediate_lr: float = 0.0       # its learning rate; 0 = lr
+    cache_teacher_logits: bool = True  # run the teacher once over the train set when only logits are needed
+    teacher: str = "recipe"            # stage only: recipe (the recipe's teacher), input, or a folder
+
+    def check(self) -> None:
+        super().check()
+        self.student_spec()
+        losses = self.loss_config()
+        if self.intermediate_epochs < 0:
+            raise CompressorError(f"intermediate_epochs must be >= 0, got {self.intermediate_epochs}")
+        if self.intermediate_epochs and not any(getattr(losses, n) for n in INTERMEDIATE_LOSSES):
+            raise CompressorError("intermediate_epochs needs a layer loss (hidden, embedding, "
+                                  "attention, cosine or minilm) in losses")
+        if self.intermediate_epochs and not any(getattr(losses, n) for n in L.OUTPUT_LOSSES):
+            raise CompressorError("intermediate_epochs needs a prediction-layer loss (kd, task or "
+                                  "logits_mse) for the second stage")
+
+    def student_spec(self) -> StudentSpec:
+        return student_spec(self.student)
+
+    def loss_config(self) -> LossConfig:
+        return loss_config(self.losses)
+
+    def train_config(self) -> TrainConfig:
+        names = TrainConfig.__dataclass_fields__
+        return TrainConfig(**{k: v for k, v in asdict(self).items() if k in names})
+
+
+class Trainee(nn.Module):
+    """The student plus the projections that only training needs; ``fit`` trains both."""
+
+    def __init__(self, student: nn.Module, projections: nn.ModuleDict):
+        super().__init__()
+        self.student = student
+        self.projections = projections
+        self.config = student.config
+
+    def forward(self, *args, **kwargs):
+        return self.student(*args, **kwargs)
+
+
+def _width(model) -> int:
+    return arch_of(model).hidden_size(model.config)
+
+
+def _layers(model) -> int:
+    return arch_of(model).num_layers(model.config)
+
+
+def make_projections(student, teacher, losses: LossConfig) -> nn.ModuleDict:
+    """Linear maps from the student's width to the teacher's, one per compared hidden state."""
+    s_width, t_width = _width(student), _width(teacher)
+    projections = nn.ModuleDict()
+    if s_width == t_width:
+        return projections
+    names = []
+    if losses.hidden:
+        names += [f"layer{s}" for s, _ in layer_mapping(_layers(student), _layers(teacher),
+                                                         losses.hidden_mapping)]
+    if losses.embedding:
+        names.append("layer0")
+    if losses.cosine:
+        names.append(f"layer{_layers(student)}")
+    for name in dict.fromkeys(names):
+        projections[name] = nn.Linear(s_width, t_width)
+    return projections
+
+
+class _Capture:
+    """Forward hooks that keep the query, key and value vectors of one layer."""
+
+    def __init__(self, model, layer_index: int):
+        spec = arch_of(model)
+        layer = spec.get_layers(model)[layer_index]
+        parts = spec.attention(layer)
+        self.values: Dict[str, torch.Tensor] = {}
+        self.handles = [parts[name].register_forward_hook(self._keep(short))
+                        for name, short in (("query", "q"), ("key", "k"), ("value", "v"))]
+
+    def _keep(self, short):
+        def hook(module, inputs, output):
+            self.values[short] = output
+        return hook
+
+    def close(self):
+        for h in self.handles:
+            h.remove()
+
+
+class DistillLoss:
+    """``loss_fn(model, batch)`` for ``fit``: runs the teacher (or reads its cached logits)
+    and adds up the configured losses."""
+
+    def __init__(self, teacher, student, losses: LossConfig, cache: Optional[dict] = None,
+                 teacher_token_types: bool = False):
+        self.teacher, self.losses, self.cache = teacher, losses, cache
+        self.teacher_token_types = teacher_token_types
+        self.regression = student.config.num_labels == 1
+        self.mapping: List[Tuple[int, int]] = []
+        self.captures = []
+        if losses.hidden or losses.attention:
+            self.mapping = layer_mapping(_layers(student), _layers(teacher), losses.hidden_mapping)
+        if losses.minilm:
+            t_layers = _layers(teacher)
+            t_index = (losses.minilm_teacher_layer or t_layers) - 1
+            if not 0 <= t_index < t_layers:
+                raise CompressorError(f"losses.minilm_teacher_layer {losses.minilm_teacher_layer} is "
+                                      f"outside the teacher's layers 1..{t_layers}")
+            self.captures = [_Capture(student, _layers(student) - 1), _Capture(teacher, t_index)]
+            self.relation_heads = losses.minilm_heads or arch_of(teacher).num_heads(teacher.config)
+        self.run_teacher = (losses.needs_hidden or losses.needs_attentions or bool(losses.minilm)
+                            or (losses.needs_teacher_logits and cache is None))
+
+    def close(self):
+        for c in self.captures:
+            c.close()
+
+    def _cached(self, input_ids, mask, device):
+        lengths = mask.sum(-1).tolist()
+        rows = input_ids.cpu().tolist()
+        try:
+            return torch.stack([self.cache[tuple(r[:n])] for r, n in zip(rows, lengths)]).to(device)
+        except KeyError:
+            raise CompressorError("a training row has no cached teacher logits (was the train set "
+                                  "changed during training?)") from None
+
+    def __call__(self, model: Trainee, batch: dict) -> torch.Tensor:
+        lc = self.losses
+        labels = batch.pop("labels", None)
+        mask = batch["attention_mask"]
+        extra = {}
+        if lc.needs_hidden:
+            extra["output_hidden_states"] = True
+        if lc.needs_attentions:
+            extra["output_attentions"] = True
+        s_out = model.student(**batch, **extra)
+        t_out = None
+        if self.run_teacher:
+            t_inputs = {k: v for k, v in batch.items()
+                        if k != "token_type_ids" or self.teacher_token_types}
+            with torch.no_grad():
+                t_out = self.teacher(**t_inputs, **extra)
+        total = s_out.logits.new_zeros((), dtype=torch.float32)
+        if lc.needs_teacher_logits:
+            t_logits = (self._cached(batch["input_ids"], mask, s_out.logits.device)
+                        if self.cache is not None else t_out.logits)
+            if lc.kd:
+                kd = (L.logits_mse(s_out.logits, t_logits) if self.regression
+                      else L.soft_cross_entropy(s_out.logits, t_logits, lc.temperature))
+                total = total + lc.kd * kd
+            if lc.logits_mse:
+                total = total + lc.logits_mse * L.logits_mse(s_out.logits, t_logits)
+        if lc.task and labels is not None:
+            total = total + lc.task * L.task_loss(s_out.logits, labels)
+        if lc.hidden:
+            parts = [L.hidden_mse(self._project(model, s_out.hidden_states[s], s),
+                                  t_out.hidden_states[t], mask, lc.hidden_tokens, lc.hidden_normalize)
+                     for s, t in self.mapping]
+            total = total + lc.hidden * torch.stack(parts).mean()
+        if lc.embedding:
+            total = total + lc.embedding * L.hidden_mse(
+                self._project(model, s_out.hidden_states[0], 0), t_out.hidden_states[0], mask)
+        if lc.attention:
+            fn = L.attention_kl if lc.attention_loss == "kl" else L.attention_mse
+            parts = [fn(s_out.attentions[s - 1], t_out.attentions[t - 1], mask)
+                     for s, t in self.mapping]
+            total = total + lc.attention * torch.stack(parts).mean()
+        if lc.cosine:
+            last = len(s_out.hidden_states) - 1
+            total = total + lc.cosine * L.cosine_loss(
+                self._project(model, s_out.hidden_states[last], last), t_out.hidden_states[-1], mask)
+        if lc.minilm:
+            student_qkv, teacher_qkv = (c.values for c in self.captures)
+            total = total + lc.minilm * L.relation_kl(student_qkv, teacher_qkv, lc.minilm_relations,
+                                                      self.relation_heads, mask)
+        return total
+
+    @staticmethod
+    def _project(model: Trainee, states: torch.Tensor, layer: int) -> torch.Tensor:
+        proj = model.projections[f"layer{layer}"] if f"layer{layer}" in model.projections else None
+        return proj(states) if proj is not None else states
+
+
+def teacher_logits_cache(teacher, teacher_tokenizer, student_tokenizer, examples, max_length: int,
+                         device, precision: str = "fp32") -> Dict[tuple, torch.Tensor]:
+    """The teacher's logits for every example, keyed by the student's token ids of that example.
+
+    Keying by token ids (what a training batch carries) rather than by row number leaves the
+    training loop unchanged; rows that tokenise alike have the same text, so the same logits.
+    """
+    logits = predict_logits(teacher, teacher_tokenizer, examples, max_length, 256, device,
+                            precision=precision, desc="teacher logits")
+    logits = torch.from_numpy(logits.reshape(len(examples), -1))
+    columns = [list(c) for c in zip(*[ex.texts for ex in examples])]
+    ids = student_tokenizer(*columns, truncation=True, max_length=max_length,
+                            padding=False)["input_ids"]
+    return {tuple(row): logits[i] for i, row in enumerate(ids)}
+
+
+def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: DistillConfig,
+                  desc: str = "distill") -> Tuple[nn.Module, object, dict]:
+    """Build the student ``config.student`` says, train it from ``teacher``; return it, its
+    tokenizer, and the training record (the teacher is left unchanged)."""
+    config.check()
+    spec, losses = config.student_spec(), config.loss_config()
+    task = train_set.task
+    device = resolve_device(config.device)
+    set_seed(config.seed)
+    student, tokenizer, made = build_student(spec, teacher, teacher_tokenizer, task)
+    layer_losses = [n for n in INTERMEDIATE_LOSSES if getattr(losses, n)]
+    if layer_losses and spec.is_small:
+        raise CompressorError(f"a {spec.kind} student has no layers to match: losses "
+                              f"{', '.join(layer_losses)} need a transformer student; use kd")
+    if layer_losses and not same_tokenizer(teacher_tokenizer, tokenizer):
+        raise CompressorError(f"losses {', '.join(layer_losses)} compare token by token, but teacher "
+                              "and student tokenise differently; use kd (and task) alone")
+    teacher.eval().to(device)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    teacher_types = (not spec.is_small and "token_type_ids" in _encoded_keys(student)
+                     and _uses_types(teacher))
+    if _uses_types(teacher) and not teacher_types and len(task.text_fields) > 1:
+        config = replace(config, cache_teacher_logits=True)   # the cache tokenises for the teacher
+    trainee = Trainee(student, make_projections(student, teacher, losses) if layer_losses
+                      else nn.ModuleDict())
+    base = config.train_config()
+    phases = [("predict", losses, base)]
+    if config.intermediate_epochs:
+        first = replace(base, epochs=config.intermediate_epochs, lr=config.intermediate_lr or base.lr,
+                        eval_every=10 ** 9)   # one evaluation at the end: keep the last weights
+        phases = [("intermediate", losses.intermediate_only(), first),
+                  ("predict", losses.prediction_only(), base)]
+    history, cache, start = [], None, time.perf_counter()
+    for name, phase_losses, phase_config in phases:
+        phase_cache = None
+        only_logits = not any(getattr(phase_losses, n) for n in INTERMEDIATE_LOSSES)
+        if config.cache_teacher_logits and only_logits and phase_losses.needs_teacher_logits:
+            if cache is None:
+                cache = teacher_logits_cache(teacher, teacher_tokenizer, tokenizer,
+                                             train_set.examples, config.max_length, device,
+                                             config.precision)
+            phase_cache = cache
+        elif only_logits and phase_losses.needs_teacher_logits and _uses_types(teacher) \
+                and not teacher_types and len(task.text_fields) > 1:
+            raise CompressorError("this student drops segment ids the teacher needs for sentence "
+                                  "pairs; keep cache_teacher_logits on")
+        loss_fn = DistillLoss(teacher, student, phase_losses, phase_cache, teacher_types)
+        try:
+            result = fit(trainee, tokenizer, train_set, dev_set, phase_config, loss_fn,
+                         desc=f"{desc} ({name})" if len(phases) > 1 else desc)
+        finally:
+            loss_fn.close()
+        history.append({"phase": name, **result})
+    student = trainee.student.to("cpu").eval()
+    teacher.to("cpu")
+    final = history[-1]
+    return student, tokenizer, {
+        "student": made, "metrics": final["best"]["metrics"], "score": final["best"]["score"],
+        "best_step": final["best"]["step"], "steps": sum(h["steps"] for h in history),
+        "phases": history, "cached_teacher_logits": cache is not None,
+        "train_time_s": round(time.perf_counter() - start, 2)}
+
+
+def _encoded_keys(model) -> set:
+    from ..arch import uses_token_type_ids
+    return {"token_type_ids"} if uses_token_type_ids(model.config) else set()
+
+
+def _uses_types(model) -> bool:
+    from ..arch import uses_token_type_ids
+    return uses_token_type_ids(model.config)
+
+
+def student_meta(task, config: DistillConfig, student, **extra) -> dict:
+    """``compressor.json`` of a student: small classifiers name their architecture."""
+    meta = checkpoint_meta(task, config.max_length, "distill", **extra)
+    if config.student_spec().is_small:
+        meta["architecture"] = student.config.model_type
+    return meta
+
+
+def distill(teacher: str, out: str, task: Optional[str] = None,
+            config: Optional[DistillConfig] = None, data_dir: Optional[str] = None,
+            train_limit: Optional[int] = None, dev_limit: Optional[int] = None,
+            overwrite: bool = False, student: Optional[dict] = None,
+            losses: Optional[dict] = None) -> dict:
+    """Distil ``teacher`` (a task checkpoint) into a new student written to ``out``.
+
+    ``student`` and ``losses`` (mappings, as in a recipe) override those of ``config``.
+    Returns the record also written to ``out/metrics.json``: the student's dev metrics,
+    the teacher's, retention, parameters and size of both, and the training history.
+    """
+    from ..models import read_meta
+    from ..scoring import _task_for
+
+    config = config or DistillConfig()
+    if student is not None:
+        config = replace(config, student=dict(student))
+    if losses is not None:
+        config = replace(config, losses=dict(losses))
+    config.check()
+    teacher_path = resolve_model(teacher)
+    task_spec, _ = _task_for(teacher_path, task)
+    if os.path.exists(out) and os.listdir(out) and not overwrite:
+        raise CompressorError(f"output folder {out} is not empty; pass --overwrite or choose another")
+    device = resolve_device(config.device)
+    train_set = load_data(task_spec, "train", data_dir, train_limit)
+    dev_set = load_data(task_spec, "dev", data_dir, dev_limit)
+    attn = "eager" if config.loss_config().needs_attentions else None
+    net, tokenizer = load_for_task(teacher_path, task_spec, attn_implementation=attn)
+    teacher_max_length = read_meta(teacher_path).get("max_length", config.max_length)
+    start = time.perf_counter()
+    teacher_metrics = score(net.to(device), tokenizer, dev_set, teacher_max_length,
+                            device=device, desc="score teacher")
+    teacher_score = task_score(task_spec, teacher_metrics)
+    student_net, student_tok, result = distill_model(net, tokenizer, train_set, dev_set, config,
+                                                     desc=f"distill {task_spec.name}")
+    record = {
+        "task": task_spec.name, "split": "dev", "teacher": teacher,
+        "metrics": result["metrics"], "score": result["score"],
+        "teacher_metrics": teacher_metrics, "teacher_score": teacher_score,
+        "retention": round(result["score"] / teacher_score, 4) if teacher_score else None,
+        "parameters": count_parameters(student_net), "teacher_parameters": count_parameters(net),
+        "teacher_size_bytes": size_on_disk(teacher_path),
+        "examples": len(dev_set), "train_examples": len(train_set), "data": train_set.source,
+        "seed": config.seed, **{k: v for k, v in result.items() if k not in ("metrics", "score")},
+        "wall_time_s": round(time.perf_counter() - start, 2),
+        "config": asdict(config), "versions": versions(),
+    }
+    meta = student_meta(task_spec, config, student_net, teacher=os.path.abspath(teacher_path)
+                        if os.path.isdir(teacher_path) else teacher_path)
+    record["size_bytes"] = save_checkpoint(student_net, student_tok, out, meta,
+                                           {"metrics.json": record}, overwrite=True)
+    return record
