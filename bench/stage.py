@@ -1,1 +1,73 @@
-"""Recipe stages of this package (registered with ``compressor.recipe.registry.register_stage``)."""
+"""Recipe stage ``bench``: every model the run has made, and the peers, timed side by side."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import List
+
+from compressor.recipe.registry import TRAINABLE, register_stage
+
+from .peers import DEFAULT_PEERS
+
+
+@dataclass
+class BenchStageConfig:
+    sentences: int = 200                   # dev sentences timed at batch 1 (real lengths)
+    warmup: int = 10
+    threads: List[int] = field(default_factory=lambda: [1])
+    batch_sizes: List[int] = field(default_factory=lambda: [32])   # throughput
+    throughput_batches: int = 4
+    peers: List[str] = field(default_factory=lambda: list(DEFAULT_PEERS))
+    preset: str = "auto"                   # optimum quantisation preset: auto, avx2, avx512, avx512_vnni
+    engines: List[str] = field(default_factory=lambda: ["pytorch"])   # for checkpoints; + pytorch-compile
+    memory: bool = True                    # peak resident memory per variant (own process each)
+
+
+@register_stage("bench", BenchStageConfig, accepts=(TRAINABLE, "onnx"), produces=None)
+def bench_stage(ctx, config: BenchStageConfig) -> dict:
+    """Benchmark the teacher, every stage's model and the peers (interleaved); the report shows them."""
+    from compressor.errors import CompressorError
+    from compressor.io import read_json
+    from compressor.results import write_results
+
+    from .harness import BenchConfig
+    from .suite import run_benchmark, specs_for
+
+    run_dir = os.path.dirname(os.path.abspath(ctx.out_dir))
+    manifest = read_json(os.path.join(run_dir, "manifest.json"))
+    specs, seen = [], set()
+    for s in manifest["stages"]:
+        model_dir = s.get("model_dir")
+        if not model_dir:
+            continue
+        path = model_dir if os.path.isabs(model_dir) else os.path.join(run_dir, model_dir)
+        if path in seen or not os.path.isdir(path):
+            continue
+        seen.add(path)
+        group = "teacher" if s.get("stage") == "teacher" else "ours"
+        try:
+            specs += specs_for(path, s["dir"], config.engines, ("fp32",), "cpu", group=group,
+                               source=s.get("stage"), parameters=s.get("parameters"))
+        except CompressorError as exc:
+            raise CompressorError(f"bench: cannot run the model of {s['dir']} ({exc})") from None
+    bench_config = BenchConfig(sentences=config.sentences, warmup=config.warmup, threads=config.threads,
+                               batch_sizes=config.batch_sizes, throughput_batches=config.throughput_batches,
+                               memory=config.memory)
+    peers = list(config.peers)
+    if "pytorch-fp32" in peers:
+        peers.remove("pytorch-fp32")  # the teacher in eager FP32 is that peer, already timed
+    peer_specs_ = []
+    if peers:
+        from .peers import peer_specs
+
+        peer_specs_ = peer_specs(ctx.teacher_dir, os.path.join(ctx.out_dir, "peers"), peers,
+                                 preset=config.preset, data_dir=ctx.data_dir)
+    command = f"compressor run {manifest.get('source')} --out {run_dir}"
+    doc = run_benchmark(specs=specs + peer_specs_, peers=(), config=bench_config, dev=ctx.split("dev"),
+                        task=None, data_dir=ctx.data_dir)
+    write_results(os.path.join(ctx.out_dir, "results.json"), doc["rows"], command=command,
+                  fingerprint_info=doc["fingerprint"], config=doc["config"])
+    p50 = {r["name"]: r["latency_ms"]["p50"] for r in doc["rows"]
+           if r.get("batch_size") == 1 and r.get("threads") == config.threads[0]}
+    return {"results": "results.json", "variants": len(specs) + len(peer_specs_), "p50_ms": p50,
+            "threads": config.threads, "sentences": config.sentences}

@@ -1,0 +1,425 @@
+"""``compressor report``: what each variant scores and how fast it runs, as markdown, HTML and JSON.
+
+Inputs are recipe run folders (their stage records, and the results of a
+``bench`` stage inside them) and results files (``compressor.results``
+format). Every variant becomes rows in that same format; the report shows,
+per variant, the batch-1 latency at one thread count beside its score, a
+latency-versus-score scatter with the Pareto frontier marked, and the
+machine's fingerprint.
+"""
+from __future__ import annotations
+
+import base64
+import glob
+import html
+import io
+import os
+from typing import Dict, List, Optional, Sequence
+
+from compressor.errors import CompressorError
+from compressor.io import read_json, write_text
+from compressor.results import FORMAT, row
+
+RESULTS_NAME = "results.json"
+GROUP_COLOURS = {"teacher": "#d62728", "ours": "#1f77b4", "peer": "#7f7f7f"}
+PEER_LABELS = {"pytorch-fp32": "PyTorch FP32", "pytorch-int8": "PyTorch dynamic INT8",
+               "ort-fp32": "ORT FP32", "ort-o2": "ORT O2", "ort-o2-int8": "ORT O2 + dynamic INT8",
+               "inc-int8": "INC INT8"}
+
+
+# -- reading -----------------------------------------------------------------
+
+def collect(paths: Sequence[str]) -> List[dict]:
+    """Rows of every run folder and results file given, each with the command that made it."""
+    rows: List[dict] = []
+    for path in paths:
+        if os.path.isdir(path):
+            rows += _run_rows(path)
+        elif os.path.isfile(path):
+            rows += _file_rows(path)
+        else:
+            raise CompressorError(f"report: no such run folder or results file: {path}")
+    return rows
+
+
+def _file_rows(path: str) -> List[dict]:
+    doc = read_json(path)
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise CompressorError(f"{path}: not a results file (format {FORMAT})")
+    out = []
+    for r in doc.get("rows", []):
+        r = dict(r)
+        r.setdefault("command", doc.get("command"))
+        r.setdefault("results_file", os.path.abspath(path))
+        r.setdefault("fingerprint", doc.get("fingerprint"))
+        out.append(r)
+    return out
+
+
+def _run_rows(folder: str) -> List[dict]:
+    manifest_file = os.path.join(folder, "manifest.json")
+    if not os.path.isfile(manifest_file):
+        files = sorted(glob.glob(os.path.join(folder, "*.json")))
+        docs = [f for f in files if _is_results(f)]
+        if not docs:
+            raise CompressorError(f"report: {folder} holds neither a run (manifest.json) nor results files")
+        return [r for f in docs for r in _file_rows(f)]
+    manifest = read_json(manifest_file)
+    teacher = next((s for s in manifest["stages"] if s.get("stage") == "teacher"), None)
+    teacher_value = teacher.get("score") if teacher else None
+    command = f"compressor run {manifest.get('source')} --out {os.path.abspath(folder)}"
+    rows = []
+    for s in manifest["stages"]:
+        record_file = os.path.join(folder, s["dir"], "record.json")
+        record = read_json(record_file) if os.path.isfile(record_file) else s
+        if record.get("score") is not None:
+            rows.append(row(s["dir"], manifest["task"], "+".join((record.get("metrics") or {}).keys()) or "score",
+                            record.get("score"), teacher_value, parameters=record.get("parameters"),
+                            size_bytes=record.get("size_bytes"), command=command,
+                            extra={"stage": record.get("stage"), "kind": record.get("kind"),
+                                   "metrics": record.get("metrics"), "wall_time_s": record.get("wall_time_s")}))
+        results = os.path.join(folder, s["dir"], RESULTS_NAME)
+        if os.path.isfile(results):
+            rows += _file_rows(results)
+    return rows
+
+
+def _is_results(path: str) -> bool:
+    try:
+        doc = read_json(path)
+    except CompressorError:
+        return False
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
+
+
+# -- choosing what to show -----------------------------------------------------
+
+def variants(rows: Sequence[dict], threads: Optional[int] = None) -> Dict[str, object]:
+    """One line per measured variant: its batch-1 latency at ``threads`` and best throughput.
+
+    Returns ``{"threads", "lines", "fingerprint"}``; lines carry speed-ups
+    versus the teacher and versus the fastest peer, and whether the variant is
+    on the Pareto frontier (no other is both faster and better scoring).
+    """
+    timed = [r for r in rows if r.get("batch_size") == 1 and r.get("latency_ms")]
+    counts = sorted({r.get("threads") for r in timed if r.get("threads")})
+    if threads is None and counts:
+        threads = counts[0]
+    if threads is not None and counts and threads not in counts:
+        raise CompressorError(f"report: no latency measured at {threads} threads (measured: "
+                              f"{', '.join(map(str, counts))})")
+    lines: Dict[str, dict] = {}
+    for r in timed:
+        if r.get("threads") == threads:
+            lines[r["name"]] = {**r, "p50": r["latency_ms"]["p50"], "p90": r["latency_ms"]["p90"],
+                                "p99": r["latency_ms"].get("p99")}
+    for r in rows:
+        if r.get("throughput") and r["name"] in lines and r.get("threads") == threads:
+            best = lines[r["name"]].get("throughput_best")
+            if best is None or r["throughput"] > best[1]:
+                lines[r["name"]]["throughput_best"] = (r["batch_size"], r["throughput"])
+    # a run's stage rows (same names as its bench rows) know parameters the timings may lack
+    for r in rows:
+        v = lines.get(r["name"])
+        if v is not None and not r.get("latency_ms"):
+            for key in ("parameters", "size_bytes"):
+                if v.get(key) is None and r.get(key) is not None:
+                    v[key] = r[key]
+    teacher = next((v for v in lines.values() if _group(v) == "teacher"), None)
+    peers = [v for v in lines.values() if _group(v) == "peer"]
+    best_peer = min(peers, key=lambda v: v["p50"]) if peers else None
+    for v in lines.values():
+        v["speedup_teacher"] = round(teacher["p50"] / v["p50"], 2) if teacher else None
+        v["speedup_best_peer"] = round(best_peer["p50"] / v["p50"], 2) if best_peer else None
+    frontier = pareto([v for v in lines.values() if v.get("value") is not None])
+    for v in lines.values():
+        v["pareto"] = v["name"] in frontier
+    fp = next((r.get("fingerprint") for r in timed if r.get("fingerprint")), None)
+    ordered = sorted(lines.values(), key=lambda v: ({"teacher": 0, "ours": 1, "peer": 2}.get(_group(v), 3), v["p50"]))
+    return {"threads": threads, "lines": ordered, "best_peer": best_peer["name"] if best_peer else None,
+            "fingerprint": fp}
+
+
+def json_rows(rows: Sequence[dict], threads: Optional[int] = None) -> List[dict]:
+    """One row per variant (``compressor report --json``): its batch-1 timing where measured."""
+    view = variants(rows, threads)
+    timed = {v["name"]: v for v in view["lines"]}
+    out, seen = [], set()
+    for r in rows:
+        name = r["name"]
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in timed:
+            v = timed[name]
+            item = {k: v.get(k) for k in ("name", "task", "metric", "value", "teacher_value", "retention",
+                                          "parameters", "size_bytes", "engine", "device", "threads",
+                                          "batch_size", "latency_ms", "command")}
+            item["extra"] = {**(v.get("extra") or {}), "speedup_teacher": v["speedup_teacher"],
+                             "speedup_best_peer": v["speedup_best_peer"], "pareto": v["pareto"],
+                             "throughput_best": v.get("throughput_best")}
+        else:
+            item = {k: r.get(k) for k in ("name", "task", "metric", "value", "teacher_value", "retention",
+                                          "parameters", "size_bytes", "command", "extra")}
+        out.append(item)
+    return out
+
+
+def pareto(points: Sequence[dict]) -> set:
+    """Names of the points no other point beats on both latency (lower) and score (higher)."""
+    names = set()
+    for p in points:
+        dominated = any(q is not p and q["p50"] <= p["p50"] and q["value"] >= p["value"]
+                        and (q["p50"] < p["p50"] or q["value"] > p["value"]) for q in points)
+        if not dominated:
+            names.add(p["name"])
+    return names
+
+
+def _group(v: dict) -> str:
+    return (v.get("extra") or {}).get("group", "ours")
+
+
+# -- writing -----------------------------------------------------------------
+
+def markdown(rows: Sequence[dict], title: str = "Compression report", threads: Optional[int] = None,
+             plot_file: Optional[str] = None) -> str:
+    view = variants(rows, threads)
+    lines = [f"# {title}", ""]
+    stage_rows = [r for r in rows if (r.get("extra") or {}).get("stage")]
+    if stage_rows:
+        lines += ["## Stages", "",
+                  "| stage | kind | parameters | size (MB) | metrics | score | vs teacher | time (s) |",
+                  "|---|---|---:|---:|---|---:|---:|---:|"]
+        for r in stage_rows:
+            e = r["extra"]
+            metrics = ", ".join(f"{k} {v:.4f}" for k, v in (e.get("metrics") or {}).items())
+            lines.append(f"| {r['name']} | {e.get('kind') or ''} | {_int(r.get('parameters'))} | "
+                         f"{_mb(r.get('size_bytes'))} | {metrics} | {_num(r.get('value'))} | "
+                         f"{_pct(r.get('retention'))} | {_num(e.get('wall_time_s'), 0)} |")
+        lines += ["", "Scores are the task's GLUE metric(s) on the dev split, x100 (a task with two "
+                  "metrics scores their mean). Each stage's full record is `NN-<stage>/record.json`.", ""]
+    if view["lines"]:
+        t = view["threads"]
+        lines += [f"## Speed and score (batch 1, {t} thread{'s' if t != 1 else ''})", ""]
+        if plot_file:
+            lines += [f"![latency versus score]({plot_file})", ""]
+        lines += ["| variant | group | engine | precision | parameters | size (MB) | score | retention "
+                  "| p50 (ms) | p90 (ms) | vs teacher | vs best peer | throughput (sent/s @ batch) "
+                  "| peak RSS (MB) | Pareto |",
+                  "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"]
+        for v in view["lines"]:
+            tp = v.get("throughput_best")
+            lines.append(
+                f"| {v['name']} | {_group(v)} | {v.get('engine', '')} | {(v.get('extra') or {}).get('precision', '')} "
+                f"| {_int(v.get('parameters'))} | {_mb(v.get('size_bytes'))} | {_num(v.get('value'))} "
+                f"| {_pct(v.get('retention'))} | {v['p50']:.2f} | {v['p90']:.2f} | {_x(v['speedup_teacher'])} "
+                f"| {_x(v['speedup_best_peer'])} | {f'{tp[1]:.0f} @ {tp[0]}' if tp else ''} "
+                f"| {_num((v.get('extra') or {}).get('peak_rss_mb'), 0)} | {'yes' if v['pareto'] else ''} |")
+        peers = [v for v in view["lines"] if _group(v) == "peer"]
+        teacher = next((v for v in view["lines"] if _group(v) == "teacher" and v.get("engine") == "pytorch"
+                        and (v.get("extra") or {}).get("precision") == "fp32"), None)
+        if teacher and not any(v["name"] == "pytorch-fp32" for v in peers):
+            peers.append({**teacher, "name": "pytorch-fp32"})  # the teacher as it is is that peer
+        if peers:
+            base = next((v for v in peers if v["name"] == "pytorch-fp32"), peers[0])
+            lines += ["", "**Peers** (p50, batch 1, real dev lengths, "
+                      f"{t} thread{'s' if t != 1 else ''}; ratio to {PEER_LABELS.get(base['name'], base['name'])}): "
+                      + ", ".join(f"{PEER_LABELS.get(v['name'], v['name'])} {v['p50']:.1f} ms "
+                                  f"({base['p50'] / v['p50']:.2f}x)" for v in sorted(peers, key=lambda v: -v["p50"]))]
+        lines += ["", "Latency: per sentence at its real length, no padding, variants interleaved in one "
+                  "process; speed-ups compare p50. Pareto: no other variant is both faster and better scoring.", ""]
+        commands = sorted({r.get("command") for r in rows if r.get("command") and r.get("latency_ms")})
+        if commands:
+            lines += ["Measured by: " + "; ".join(f"`{c}`" for c in commands), ""]
+        if view["fingerprint"]:
+            lines += ["## Machine", "", _fingerprint_text(view["fingerprint"]), ""]
+    return "\n".join(lines)
+
+
+def plot_png(rows: Sequence[dict], threads: Optional[int] = None) -> Optional[bytes]:
+    """The latency-versus-score scatter, frontier drawn, as PNG bytes (None without timings)."""
+    view = variants(rows, threads)
+    points = [v for v in view["lines"] if v.get("value") is not None]
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.2), dpi=110)
+    for group, colour in GROUP_COLOURS.items():
+        pts = [p for p in points if _group(p) == group]
+        if pts:
+            ax.scatter([p["p50"] for p in pts], [p["value"] for p in pts], s=60, c=colour,
+                       label=group, zorder=3, edgecolors="black", linewidths=0.5)
+    frontier = sorted((p for p in points if p["pareto"]), key=lambda p: p["p50"])
+    if frontier:
+        xs = [p["p50"] for p in frontier]
+        ys = [p["value"] for p in frontier]
+        # a staircase: below the frontier's score nothing is faster
+        ax.step(xs, ys, where="post", color="#2ca02c", lw=1.5, ls="--", zorder=2, label="Pareto frontier")
+        ax.scatter(xs, ys, s=170, facecolors="none", edgecolors="#2ca02c", linewidths=1.6, zorder=4)
+    for p in points:
+        ax.annotate(PEER_LABELS.get(p["name"], p["name"]), (p["p50"], p["value"]), textcoords="offset points",
+                    xytext=(6, 5), fontsize=8)
+    ax.set_xscale("log")
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_minor_locator(LogLocator(base=10, subs=(1.5, 3.0, 4.0, 7.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: ""))
+    lo, hi = min(p["p50"] for p in points), max(p["p50"] for p in points)
+    ax.set_xlim(lo / 1.25, hi * 1.35)
+    ax.set_xlabel(f"p50 latency per sentence, batch 1, {view['threads']} thread(s) (ms, log scale)")
+    task = points[0].get("task", "")
+    ax.set_ylabel(f"{task} dev score (x100)")
+    ax.set_title("Latency versus score (up and left is better)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def html_page(rows: Sequence[dict], title: str, threads: Optional[int] = None) -> str:
+    """A page with everything inline (CSS, the plot as base64 PNG): one file to send around."""
+    md = markdown(rows, title, threads)
+    png = plot_png(rows, threads)
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    if png:
+        body.append('<img alt="latency versus score" src="data:image/png;base64,'
+                    + base64.b64encode(png).decode() + '">')
+    body.append(_md_tables_to_html(md))
+    style = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
+             "table{border-collapse:collapse;margin:1em 0;font-size:14px}th,td{border:1px solid #ccc;"
+             "padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
+             "th{background:#f4f4f4}img{max-width:100%}pre{background:#f7f7f7;padding:1em;overflow:auto}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def _md_tables_to_html(md: str) -> str:
+    """The markdown report's tables and paragraphs as HTML (just the subset ``markdown`` writes)."""
+    out, table, in_pre = [], [], False
+    for line in md.splitlines()[1:]:
+        if line.startswith("```"):
+            out.append("</pre>" if in_pre else "<pre>")
+            in_pre = not in_pre
+            continue
+        if in_pre:
+            out.append(html.escape(line))
+            continue
+        if line.startswith("|"):
+            table.append([c.strip() for c in line.strip("|").split("|")])
+            continue
+        if table:
+            head, body = table[0], [r for r in table[1:] if not set("".join(r)) <= set("-:")]
+            out.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head) + "</tr>"
+                       + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body)
+                       + "</table>")
+            table = []
+        if line.startswith("## "):
+            out.append(f"<h2>{html.escape(line[3:])}</h2>")
+        elif line.startswith("!["):
+            continue
+        elif line.strip():
+            text = html.escape(line).replace("**", "")
+            out.append(f"<p>{text}</p>")
+    return "\n".join(out)
+
+
+def write_report_files(paths: Sequence[str], out: Optional[str] = None, title: Optional[str] = None,
+                       threads: Optional[int] = None, rows: Optional[List[dict]] = None) -> List[str]:
+    """Write ``report.md``, ``report.png`` and ``report.html`` into ``out``; return their paths."""
+    rows = collect(paths) if rows is None else rows
+    if out is None:
+        first = paths[0]
+        if not (os.path.isdir(first) and os.path.isfile(os.path.join(first, "manifest.json"))):
+            raise CompressorError("report: give --out (the first path is not a run folder)")
+        out = first
+    if title is None:
+        title = _title(paths)
+    os.makedirs(out, exist_ok=True)
+    written = []
+    png = plot_png(rows, threads)
+    plot_name = None
+    if png:
+        plot_name = "report.png"
+        path = os.path.join(out, plot_name)
+        _write_bytes(path, png)
+        written.append(path)
+    md_path = os.path.join(out, "report.md")
+    write_text(md_path, markdown(rows, title, threads, plot_name))
+    html_path = os.path.join(out, "report.html")
+    write_text(html_path, html_page(rows, title, threads))
+    return [md_path, html_path] + written
+
+
+def _title(paths: Sequence[str]) -> str:
+    first = paths[0]
+    manifest = os.path.join(first, "manifest.json") if os.path.isdir(first) else None
+    if manifest and os.path.isfile(manifest):
+        m = read_json(manifest)
+        return f"{m.get('recipe')}: {m.get('task')}"
+    return "Compression report"
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(path)))
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def print_rows(rows: Sequence[dict]) -> None:
+    """A terminal summary of a benchmark: one line per variant, thread count and batch size."""
+    import click
+
+    for r in rows:
+        lat = r.get("latency_ms")
+        speed = (f"p50 {lat['p50']:7.2f} ms  p90 {lat['p90']:7.2f} ms" if lat
+                 else f"{r.get('throughput', 0):8.1f} sentences/s")
+        score = f"{r['value']:.2f}" if r.get("value") is not None else "-"
+        click.echo(f"{r['name']:<22} {r.get('engine', ''):<16} threads {r.get('threads')} "
+                   f"batch {r.get('batch_size'):>3}  {speed}  score {score}")
+
+
+def _fingerprint_text(fp: dict) -> str:
+    v = fp.get("versions", {})
+    keep = ("torch", "transformers", "onnxruntime", "onnx", "optimum", "optimum-onnx", "neural_compressor",
+            "tokenizers", "numpy")
+    parts = [f"CPU: {fp.get('processor')} ({fp.get('cores')} cores; preset {fp.get('cpu_preset')}; "
+             f"flags {' '.join(fp.get('cpu_flags', []))})"]
+    if fp.get("gpu"):
+        parts.append(f"GPU: {fp['gpu']} (CUDA {fp.get('cuda')})")
+    parts.append(f"Python {fp.get('python')}, {fp.get('platform')}")
+    parts.append("Libraries: " + ", ".join(f"{k} {v[k]}" for k in keep if k in v))
+    return "\n".join(f"- {p}" for p in parts)
+
+
+def _int(n) -> str:
+    return f"{n:,}" if n else ""
+
+
+def _mb(n) -> str:
+    return f"{n / 1e6:.1f}" if n else ""
+
+
+def _num(x, digits: int = 2) -> str:
+    return f"{x:.{digits}f}" if x is not None else ""
+
+
+def _pct(x) -> str:
+    return f"{100 * x:.1f}%" if x is not None else ""
+
+
+def _x(x) -> str:
+    return f"{x:.2f}x" if x is not None else ""

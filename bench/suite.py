@@ -1,0 +1,118 @@
+"""``compressor bench``: benchmark checkpoints, export folders and peers in one process.
+
+``run_benchmark`` is the public entry point; the recipe stage ``bench`` and the
+command line both call it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import List, Optional, Sequence
+
+from compressor.errors import CompressorError
+
+from .harness import ENGINES, BenchConfig, Spec, benchmark, fingerprint
+from .peers import DEFAULT_PEERS, peer_specs
+
+
+def specs_for(path: str, name: Optional[str] = None, engines: Sequence[str] = ("pytorch",),
+              precisions: Sequence[str] = ("fp32",), device: str = "cpu", group: str = "ours",
+              source: Optional[str] = None, parameters: Optional[int] = None) -> List[Spec]:
+    """The variants of one model: an export folder runs on onnxruntime, a checkpoint on each
+    PyTorch engine and precision asked for."""
+    from compressor.models import count_parameters, load_for_task, resolve_model, size_on_disk
+
+    from export.onnx import is_export, read_manifest
+
+    name = name or os.path.basename(os.path.normpath(path))
+    if is_export(path):
+        if device != "cpu":
+            return []  # this toolkit's onnxruntime runs on the CPU provider only
+        manifest = read_manifest(path)
+        model = os.path.join(path, manifest.get("model_file", "model.onnx"))
+        return [Spec(name, path, "onnxruntime", manifest.get("precision", "fp32"), "cpu", group, source,
+                     parameters, os.path.getsize(model))]
+    path = resolve_model(path)
+    if parameters is None:
+        parameters = count_parameters(load_for_task(path)[0])
+    size = size_on_disk(path)
+    specs = []
+    for engine in engines:
+        if engine == "onnxruntime":
+            continue
+        if engine not in ENGINES:
+            raise CompressorError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
+        for precision in precisions:
+            suffix = ("-compile" if engine == "pytorch-compile" else "") + \
+                ("" if precision == "fp32" else f"-{precision}")
+            specs.append(Spec(name + suffix, path, engine, precision, device, group, source,
+                              parameters, size))
+    return specs
+
+
+def run_benchmark(models: Sequence[str] = (), teacher: Optional[str] = None,
+                  peers: Sequence[str] = DEFAULT_PEERS, task: Optional[str] = None,
+                  data_dir: Optional[str] = None, config: Optional[BenchConfig] = None,
+                  engines: Sequence[str] = ("pytorch",), precisions: Sequence[str] = ("fp32",),
+                  device: str = "cpu", work_dir: Optional[str] = None, out: Optional[str] = None,
+                  preset: str = "auto", command: Optional[str] = None, dev=None,
+                  specs: Optional[List[Spec]] = None, log=None) -> dict:
+    """Benchmark ``models`` (folders; ``name=path`` names one), the ``teacher`` and its ``peers``.
+
+    Returns the results document (``compressor.results`` format) and writes it
+    to ``out`` when given. ``dev`` (a labelled dataset) replaces the task's dev split.
+    """
+    from compressor.data import load_split
+    from compressor.results import write_results
+    from compressor.scoring import _task_for
+
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    config = config or BenchConfig()
+    if device not in ("cpu", "cuda"):
+        raise CompressorError(f"device must be cpu or cuda, got {device!r}")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise CompressorError("device cuda asked for, but no CUDA device is available")
+    specs = list(specs or [])
+    if teacher:
+        specs += specs_for(teacher, "teacher", engines, precisions, device, group="teacher",
+                           source="teacher")
+    for item in models:
+        name, _, path = item.rpartition("=") if "=" in item else (None, "", item)
+        if not os.path.exists(path):
+            raise CompressorError(f"model not found: {path}")
+        specs += specs_for(path, name or None, engines, precisions, device)
+    if teacher and "pytorch-fp32" in peers and any(s.group == "teacher" and s.engine == "pytorch"
+                                                   and s.precision == "fp32" for s in specs):
+        # the teacher in eager FP32 is that peer: time it once
+        peers = [p for p in peers if p != "pytorch-fp32"]
+    if teacher and peers and device == "cpu":
+        work_dir = work_dir or os.path.join(os.path.dirname(os.path.abspath(out or "bench")), "peers")
+        log(f"preparing peers ({', '.join(peers)}) under {work_dir}")
+        specs += peer_specs(teacher, work_dir, peers, preset=preset, data_dir=data_dir)
+    if not specs:
+        raise CompressorError("nothing to benchmark: give model folders, --teacher, or both")
+    first = specs[0].tokenizer_path or specs[0].path
+    task_spec = dev.task if dev is not None and task is None else _task_for(_model_folder(first), task)[0]
+    if dev is None:
+        dev = load_split(task_spec, "dev", data_dir=data_dir)
+    rows = benchmark(specs, task_spec, dev, config, log=log)
+    teacher_rows = [r for r in rows if r["extra"].get("group") == "teacher" and r["value"] is not None]
+    teacher_value = teacher_rows[0]["value"] if teacher_rows else None
+    for r in rows:
+        r["teacher_value"] = teacher_value
+        r["retention"] = round(r["value"] / teacher_value, 4) if teacher_value and r["value"] is not None \
+            else None
+    doc = {"rows": rows, "fingerprint": fingerprint(device), "config": {
+        "sentences": config.sentences, "threads": config.threads, "batch_sizes": config.batch_sizes,
+        "throughput_batches": config.throughput_batches, "device": device, "data": dev.source,
+        "dev_examples": len(dev), "interleaved": True}}
+    if out:
+        write_results(out, rows, command=command, fingerprint_info=doc["fingerprint"], config=doc["config"])
+    return doc
+
+
+def _model_folder(path: str) -> str:
+    return os.path.dirname(path) if path.endswith(".onnx") else path
