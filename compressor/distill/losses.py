@@ -72,7 +72,7 @@ def layer_mapping(student_layers: int, teacher_layers: int,
                                   f"layers 1..{n}")
         return [(i + 1, t) for i, t in enumerate(layers)]
     if how == "uniform":
-        return [(i, max(1, round(i * n / m))) for i in range(1, m + 1)]
+        return [(i, max(1, int(i * n / m + 0.5))) for i in range(1, m + 1)]
     if how == "skip":
         step = max(1, n // m)
         return [(i, i * step) for i in range(1, m)]
@@ -97,8 +97,8 @@ def hidden_mse(student: torch.Tensor, teacher: torch.Tensor, mask: Optional[torc
                tokens: str = "all", normalize: bool = False) -> torch.Tensor:
     """MSE between two ``[batch, length, hidden]`` states of equal width.
 
-    ``tokens='cls'`` compares the first token only; ``normalize`` divides each
-    vector by its norm first (BERT-PKD's patient loss).
+    ``tokens='cls'`` compares the first token only; ``normalize`` compares unit
+    vectors by their squared distance (BERT-PKD's patient loss).
     """
     student, teacher = student.float(), teacher.float()
     if tokens == "cls":
@@ -106,8 +106,10 @@ def hidden_mse(student: torch.Tensor, teacher: torch.Tensor, mask: Optional[torc
     elif tokens != "all":
         raise CompressorError(f"unknown hidden tokens '{tokens}'; use all or cls")
     if normalize:
+        # BERT-PKD: the squared distance between unit vectors, summed over the hidden size
         student = F.normalize(student, dim=-1)
         teacher = F.normalize(teacher, dim=-1)
+        return _masked_mean(((student - teacher) ** 2).sum(-1), mask)
     return _masked_mean((student - teacher) ** 2, mask)
 
 
