@@ -228,9 +228,13 @@ def optimize_graph(model_file: str, config=None) -> dict:
 
     heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", None) or 0
     hidden = getattr(config, "hidden_size", None) or getattr(config, "dim", None) or 0
-    if heads and hidden and hidden % heads:
-        heads, hidden = 0, 0  # pruned or odd shapes: let the optimizer read them off the graph
     before = _op_counts(onnx.load(model_file))
+    if not heads:
+        # no attention (a BiLSTM or CNN student): nothing of a transformer's to fuse
+        return {"tool": None, "fusions": {}, "skipped": "not a transformer",
+                "nodes_before": sum(before.values()), "nodes_after": sum(before.values())}
+    if hidden % heads:
+        heads, hidden = 0, 0  # odd shapes: let the optimizer read them off the graph
     # opt_level 0: only the pattern fusions, so the file stays portable across CPU and GPU
     optimized = optimize_model(model_file, model_type="bert", num_heads=heads, hidden_size=hidden,
                                opt_level=0)
