@@ -1,0 +1,104 @@
+"""compressor report on a small fixture: table, Pareto frontier, HTML, JSON rows, run folders."""
+import json
+import os
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from compressor.cli import cli
+from compressor.errors import CompressorError
+from compressor.results import REQUIRED, row, write_results
+
+
+def _timed(name, group, p50, value, teacher=90.0, threads=1, engine="onnxruntime"):
+    return row(name, "sst2", "accuracy", value, teacher, parameters=1000, size_bytes=4_000_000,
+               engine=engine, device="cpu", threads=threads, batch_size=1,
+               latency_ms={"p50": p50, "p90": p50 * 1.3, "p99": p50 * 1.6},
+               extra={"group": group, "precision": "fp32"})
+
+
+@pytest.fixture
+def results_file(tmp_path):
+    rows = [_timed("teacher", "teacher", 20.0, 90.0, engine="pytorch"),
+            _timed("student-3L", "ours", 6.0, 88.0),
+            _timed("student-int8", "ours", 3.0, 87.0),
+            _timed("slow-and-bad", "ours", 15.0, 85.0),
+            _timed("ort-fp32", "peer", 10.0, 90.0),
+            _timed("ort-o2-int8", "peer", 5.0, 86.0),
+            _timed("teacher", "teacher", 12.0, 90.0, threads=2, engine="pytorch"),
+            row("student-3L", "sst2", "accuracy", 88.0, 90.0, parameters=1000, size_bytes=4_000_000,
+                engine="onnxruntime", device="cpu", threads=1, batch_size=32, throughput=400.0,
+                extra={"group": "ours"})]
+    path = str(tmp_path / "results.json")
+    write_results(path, rows, command="compressor bench fixture")
+    return path
+
+
+def test_pareto_frontier_and_speedups(results_file):
+    from bench.report import collect, variants
+
+    view = variants(collect([results_file]))
+    assert view["threads"] == 1
+    by = {v["name"]: v for v in view["lines"]}
+    frontier = {n for n, v in by.items() if v["pareto"]}
+    # ort-fp32 (10 ms, 90) beats the teacher (20 ms, 90) on speed at equal score;
+    # student-int8 (3 ms, 87) beats ort-o2-int8 (5 ms, 86) on both
+    assert frontier == {"ort-fp32", "student-3L", "student-int8"}
+    assert by["student-3L"]["speedup_teacher"] == pytest.approx(20 / 6, abs=0.01)
+    assert view["best_peer"] == "ort-o2-int8"
+    assert by["student-int8"]["speedup_best_peer"] == pytest.approx(5 / 3, abs=0.01)
+    assert by["student-3L"]["throughput_best"] == (32, 400.0)
+    two = variants(collect([results_file]), threads=2)
+    assert [v["name"] for v in two["lines"]] == ["teacher"]
+    with pytest.raises(CompressorError, match="no latency measured at 4 threads"):
+        variants(collect([results_file]), threads=4)
+
+
+def test_markdown_html_and_plot(results_file, tmp_path):
+    res = CliRunner().invoke(cli, ["report", results_file, "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    md = open(tmp_path / "rep" / "report.md").read()
+    assert "| student-3L | ours | onnxruntime | fp32 | 1,000 | 4.0 | 88.00 | 97.8% | 6.00 |" in md
+    assert "| slow-and-bad |" in md and re.search(r"\| slow-and-bad \|.*\|  \|$", md, re.M)  # not on the frontier
+    assert "**Peers**" in md and "ORT FP32 10.0 ms (2.00x)" in md and "`compressor bench fixture`" in md
+    html = open(tmp_path / "rep" / "report.html").read()
+    assert html.count("data:image/png;base64,") == 1
+    assert not re.search(r"""(src|href)=["'](?!data:)""", html)  # self-contained: nothing fetched
+    png = open(tmp_path / "rep" / "report.png", "rb").read()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_json_prints_one_row_per_variant(results_file):
+    res = CliRunner().invoke(cli, ["report", results_file, "--json"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in res.output.splitlines()]
+    assert [r["name"] for r in rows] == ["teacher", "student-3L", "student-int8", "slow-and-bad", "ort-fp32",
+                                         "ort-o2-int8"]
+    for r in rows:
+        assert all(k in r for k in REQUIRED)
+        assert r["engine"] and r["threads"] == 1 and r["batch_size"] == 1
+        assert set(r["latency_ms"]) >= {"p50", "p90"} and r["command"] == "compressor bench fixture"
+    assert rows[1]["retention"] == pytest.approx(88 / 90, abs=1e-4)
+
+
+def test_run_folder_without_bench_and_bad_paths(tmp_path, tiny_models):
+    from bench.report import collect, write_report_files
+
+    run = tmp_path / "run"
+    (run / "00-teacher").mkdir(parents=True)
+    record = {"stage": "teacher", "dir": "00-teacher", "kind": "hf", "score": 90.0,
+              "metrics": {"accuracy": 0.9}, "parameters": 1000, "size_bytes": 4000, "wall_time_s": 3}
+    (run / "00-teacher" / "record.json").write_text(json.dumps(record))
+    (run / "manifest.json").write_text(json.dumps({"recipe": "r", "task": "sst2", "source": "r.yaml",
+                                                   "stages": [record]}))
+    rows = collect([str(run)])
+    assert rows[0]["name"] == "00-teacher" and rows[0]["retention"] == 1.0
+    written = write_report_files([str(run)])
+    assert not os.path.exists(run / "report.png")  # nothing timed: no plot
+    assert "| 00-teacher | hf | 1,000 |" in open(written[0]).read()
+    with pytest.raises(CompressorError, match="no such run folder"):
+        collect([str(tmp_path / "missing")])
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(CompressorError, match="not a results file"):
+        collect([str(tmp_path / "other.json")])
