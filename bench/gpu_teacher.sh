@@ -1,0 +1,23 @@
+#!/bin/bash
+# The GPU part of the benchmark (device tool, one call): the SST-2 teacher on CUDA in
+# FP32/FP16/BF16, eager and torch.compile (reduce-overhead: CUDA graphs), batch 1 over
+# 300 real dev sentences plus throughput at batch 32 and 128.
+#   bash bench/gpu_teacher.sh TEACHER_FP16_FOLDER GLUE_DIR OUT_DIR
+# The teacher travels as FP16 weights (a call carries 64 MiB) and is widened back to FP32 here.
+set -euo pipefail
+SRC=$1; GLUE=$2; OUT=$3
+python3 - "$SRC" /tmp/teacher <<'PY'
+import os, shutil, sys
+from safetensors.torch import load_file, save_file
+src, dst = sys.argv[1:]
+shutil.copytree(src, dst, dirs_exist_ok=True)
+w = load_file(os.path.join(src, "model.safetensors"))
+save_file({k: v.float() for k, v in w.items()}, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+PY
+export COMPRESSOR_PROGRESS=0 GLUE_DIR=$GLUE
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" || true
+python3 -m compressor bench --teacher /tmp/teacher --peers none --device cuda --precisions fp32,fp16,bf16 \
+  --sentences 300 --batch-sizes 32,128 --out "$OUT/gpu-teacher-eager.json" 2>&1 | tail -n 20
+timeout 240 python3 -m compressor bench --teacher /tmp/teacher --peers none --device cuda \
+  --engines pytorch,pytorch-compile --precisions fp32,fp16,bf16 --sentences 300 --batch-sizes 32,128 \
+  --no-memory --out "$OUT/gpu-teacher-compile.json" 2>&1 | tail -n 20
