@@ -1,0 +1,320 @@
+"""INT8 and FP16 for ONNX models, with ONNX Runtime's quantiser.
+
+Input and output are export folders (``model.onnx`` beside the tokenizer,
+``config.json`` and ``manifest.json``): the output keeps every file of the
+input and replaces ``model.onnx``, so anything that runs an export runs a
+quantised one.
+
+We call ``onnxruntime.quantization`` directly rather than optimum's
+``ORTQuantizer``: the latter gives no way to pass ``extra_options``, and
+ONNX Runtime >= 1.20 then fails on graphs holding fused contrib operators
+(``Attention``, ``SkipLayerNormalization``: "Unable to find data type for
+weight_name ...") unless ``DefaultTensorType`` is set. Static calibration also
+needs our own data reader over the task's training rows.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..errors import CompressorError
+from ..io import atomic_dir, read_json, write_json
+from .presets import HardwarePreset
+
+ONNX_FILE = "model.onnx"
+MANIFEST = "manifest.json"
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+
+
+# -- export folders -----------------------------------------------------------
+
+def onnx_file(folder: str) -> str:
+    """The ``model.onnx`` of an export folder, or a clear error."""
+    path = os.path.join(folder, ONNX_FILE)
+    if not os.path.isfile(path):
+        raise CompressorError(f"{folder} holds no {ONNX_FILE}: not an ONNX export folder "
+                              "(export one with `compressor export`)")
+    return path
+
+
+def is_export_folder(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, ONNX_FILE))
+
+
+def ensure_export(model_dir: str, work_dir: str) -> str:
+    """``model_dir`` if it is an export folder; else export the checkpoint into ``work_dir``."""
+    if is_export_folder(model_dir):
+        return model_dir
+    try:
+        from export import export_onnx
+    except ImportError:
+        raise CompressorError(f"{model_dir} is a PyTorch checkpoint and this install has no "
+                              "ONNX exporter (export.export_onnx); export it first") from None
+    export_onnx(model_dir, work_dir)
+    return work_dir
+
+
+def write_export(src_folder: str, out_dir: str, write_model, quantization: dict) -> str:
+    """A new export folder: every file of ``src_folder`` but ``model.onnx``, which ``write_model(path)`` writes."""
+    with atomic_dir(out_dir) as tmp:
+        for name in os.listdir(src_folder):
+            # parity.json compares the FP32 graph with PyTorch: it does not describe this one
+            if name in (ONNX_FILE, "parity.json") or name.startswith(".") or name.endswith(".onnx"):
+                continue
+            path = os.path.join(src_folder, name)
+            if os.path.isfile(path):
+                shutil.copy2(path, os.path.join(tmp, name))
+        write_model(os.path.join(tmp, ONNX_FILE))
+        manifest_path = os.path.join(tmp, MANIFEST)
+        manifest = read_json(manifest_path) if os.path.isfile(manifest_path) else {}
+        manifest["quantization"] = quantization
+        manifest["precision"] = _precision(quantization.get("method"))
+        manifest["onnx_size_bytes"] = os.path.getsize(os.path.join(tmp, ONNX_FILE))
+        write_json(manifest_path, manifest)
+    return out_dir
+
+
+def _precision(method) -> str:
+    return {"static": "int8-static", "fp16": "fp16"}.get(method, "int8-dynamic")
+
+
+# -- quantisation -----------------------------------------------------------
+
+def _extra_options(preset: HardwarePreset, **more) -> dict:
+    import onnx
+
+    return {"DefaultTensorType": onnx.TensorProto.FLOAT, "WeightSymmetric": preset.symmetric_weights,
+            "ActivationSymmetric": preset.symmetric_activations, **more}
+
+
+def _model_proto(path: str, optimize: bool):
+    """The graph to quantise: as exported, or after ONNX Runtime's BERT fusions; with every tensor typed.
+
+    ONNX's own shape inference cannot type the outputs of fused contrib
+    operators (Attention, SkipLayerNormalization), and the calibrator then
+    skips every tensor behind them; ONNX Runtime's symbolic inference can.
+    """
+    import onnx
+    import onnx.helper
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    model = onnx.load(path)
+    if optimize:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        # num_heads/hidden_size 0: read off the graph; fusions only, so the file stays portable
+        model = optimize_model(path, model_type="bert", num_heads=0, hidden_size=0, opt_level=0).model
+        if not any(o.domain == "com.microsoft" for o in model.opset_import):
+            model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    try:
+        return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+    except Exception:  # an operator it does not know: quantise with what ONNX infers
+        return model
+
+
+def quantize_dynamic_onnx(src: str, dst: str, preset: HardwarePreset, optimize: bool = False,
+                          nodes_to_quantize: Optional[Sequence[str]] = None,
+                          nodes_to_exclude: Optional[Sequence[str]] = None,
+                          op_types: Optional[Sequence[str]] = None) -> None:
+    """Weights to INT8 once; activations quantised at run time from their observed range."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = _model_proto(src, optimize)
+    quantize_dynamic(model, dst, per_channel=preset.per_channel, reduce_range=preset.reduce_range,
+                     weight_type=QuantType.QInt8 if preset.symmetric_weights else QuantType.QUInt8,
+                     nodes_to_quantize=list(nodes_to_quantize or []) or None,
+                     nodes_to_exclude=list(nodes_to_exclude or []),
+                     op_types_to_quantize=list(op_types) if op_types else None,
+                     extra_options=_extra_options(preset))
+
+
+class _Reader:
+    """ONNX Runtime's calibration data reader over tokenised sentences, one per batch (no padding)."""
+
+    def __init__(self, feeds: List[Dict[str, np.ndarray]]):
+        self._feeds = feeds
+        self._it = iter(feeds)
+
+    def get_next(self):
+        return next(self._it, None)
+
+    def rewind(self):
+        self._it = iter(self._feeds)
+
+
+def calibration_feeds(tokenizer, examples: Sequence, input_names: Sequence[str], max_length: int,
+                      samples: int, seed: int = 0) -> List[Dict[str, np.ndarray]]:
+    """Model inputs for ``samples`` training rows drawn at random (one sentence each)."""
+    rows = list(examples)
+    if not rows:
+        raise CompressorError("static quantisation needs training rows to calibrate on; none given")
+    picked = random.Random(seed).sample(rows, min(samples, len(rows)))
+    return [_feed(tokenizer, ex.texts, input_names, max_length) for ex in picked]
+
+
+def _same_width(feeds: List[Dict[str, np.ndarray]], pad_id: int) -> List[Dict[str, np.ndarray]]:
+    """Pad every calibration feed to the longest one.
+
+    ONNX Runtime's histogram calibrators (entropy, percentile) stack each
+    tensor's outputs over all feeds, so the feeds must share one shape; the
+    masked padding adds a few [PAD] activations to the histograms.
+    """
+    width = max(f["input_ids"].shape[1] for f in feeds)
+    padded = []
+    for feed in feeds:
+        extra = width - feed["input_ids"].shape[1]
+        padded.append({k: np.pad(v, ((0, 0), (0, extra)),
+                                 constant_values=pad_id if k == "input_ids" else 0)
+                       for k, v in feed.items()})
+    return padded
+
+
+def _feed(tokenizer, texts, input_names, max_length) -> Dict[str, np.ndarray]:
+    enc = tokenizer(*texts, truncation=True, max_length=max_length, return_tensors="np")
+    feed = {}
+    for name in input_names:
+        if name in enc:
+            feed[name] = enc[name].astype(np.int64)
+        elif name == "token_type_ids":
+            feed[name] = np.zeros_like(enc["input_ids"], dtype=np.int64)
+        else:
+            raise CompressorError(f"the ONNX model wants an input '{name}' the tokenizer does not give")
+    return feed
+
+
+def quantize_static_onnx(src: str, dst: str, preset: HardwarePreset, feeds: List[Dict[str, np.ndarray]],
+                         method: str = "minmax", percentile: float = 99.999,
+                         nodes_to_exclude: Optional[Sequence[str]] = None,
+                         op_types: Sequence[str] = ("MatMul", "Gemm"), optimize: bool = False,
+                         pad_id: int = 0) -> None:
+    """QDQ INT8 with activation ranges fixed beforehand from calibration rows.
+
+    Only matrix products are quantised by default: quantising LayerNorm,
+    softmax or the embedding gather too costs accuracy and saves little time.
+    """
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    if method not in CALIBRATION_METHODS:
+        raise CompressorError(f"unknown calibration method '{method}'; use one of "
+                              f"{', '.join(CALIBRATION_METHODS)}")
+    calibrate = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+                 "percentile": CalibrationMethod.Percentile}[method]
+    extra = _extra_options(preset, CalibTensorRangeSymmetric=preset.symmetric_activations)
+    if method != "minmax":
+        feeds = _same_width(feeds, pad_id)
+    if method == "percentile":
+        extra["CalibPercentile"] = percentile
+    with tempfile.TemporaryDirectory(prefix="compressor-calib-") as tmp:
+        model = _model_proto(src, optimize)
+        # The calibrator writes an augmented copy of the graph: keep it out of the user's folders.
+        staged = os.path.join(tmp, "model.onnx")
+        import onnx
+
+        onnx.save(model, staged)
+        cwd = os.getcwd()
+        os.chdir(tmp)
+        try:
+            quantize_static(staged, dst, _Reader(feeds), quant_format=QuantFormat.QDQ,
+                            op_types_to_quantize=list(op_types), per_channel=preset.per_channel,
+                            reduce_range=preset.reduce_range,
+                            activation_type=QuantType.QInt8 if preset.symmetric_activations
+                            else QuantType.QUInt8,
+                            weight_type=QuantType.QInt8 if preset.symmetric_weights else QuantType.QUInt8,
+                            nodes_to_exclude=list(nodes_to_exclude or []),
+                            calibrate_method=calibrate, extra_options=extra)
+        finally:
+            os.chdir(cwd)
+
+
+def convert_fp16_onnx(src: str, dst: str) -> None:
+    """FP16 weights and arithmetic for GPUs; inputs and outputs keep their types."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = convert_float_to_float16(onnx.load(src), keep_io_types=True)
+    onnx.save(model, dst)
+
+
+def matmul_nodes(path: str) -> List[str]:
+    """Names of the weight matrix products (MatMul/Gemm with a constant input), in graph order."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    consts = {i.name for i in model.graph.initializer}
+    for node in model.graph.node:  # Constant nodes hold weights in some exporters
+        if node.op_type == "Constant":
+            consts.update(node.output)
+    nodes = []
+    for node in model.graph.node:
+        if node.op_type in ("MatMul", "Gemm") and any(i in consts for i in node.input):
+            nodes.append(node.name)
+    unnamed = [n for n in nodes if not n]
+    if unnamed:
+        raise CompressorError(f"{path}: {len(unnamed)} matrix products have no node name; "
+                              "ONNX Runtime cannot address them one by one")
+    return nodes
+
+
+# -- running ------------------------------------------------------------------
+
+def session(path: str, threads: Optional[int] = None, optimization: str = "all"):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    options.graph_optimization_level = {
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}[optimization]
+    options.log_severity_level = 3
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def onnx_logits(path_or_session, tokenizer, examples: Sequence, max_length: int,
+                batch_size: int = 32, threads: Optional[int] = None) -> np.ndarray:
+    """Logits for ``examples`` in input order (length-sorted, per-batch padded runs)."""
+    sess = session(path_or_session, threads) if isinstance(path_or_session, str) else path_or_session
+    names = [i.name for i in sess.get_inputs()]
+    enc = tokenizer(*[list(c) for c in zip(*[ex.texts for ex in examples])], truncation=True,
+                    max_length=max_length, padding=False)
+    ids = enc["input_ids"]
+    types = enc.get("token_type_ids")
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out = None
+    pad = tokenizer.pad_token_id or 0
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        width = max(len(ids[i]) for i in idx)
+        batch = {"input_ids": np.full((len(idx), width), pad, dtype=np.int64),
+                 "attention_mask": np.zeros((len(idx), width), dtype=np.int64),
+                 "token_type_ids": np.zeros((len(idx), width), dtype=np.int64)}
+        for row, i in enumerate(idx):
+            n = len(ids[i])
+            batch["input_ids"][row, :n] = ids[i]
+            batch["attention_mask"][row, :n] = 1
+            if types is not None:
+                batch["token_type_ids"][row, :n] = types[i]
+        logits = sess.run(None, {k: batch[k] for k in names})[0]
+        if out is None:
+            out = np.zeros((len(ids), logits.shape[-1]), dtype=np.float32)
+        out[idx] = logits
+    return out
+
+
+def score_onnx(path_or_session, tokenizer, dataset, max_length: int, threads: Optional[int] = None) -> dict:
+    """The task's metrics for an ONNX model on a labelled dataset."""
+    from ..metrics import compute_metrics
+    from ..scoring import predictions_from_logits
+
+    logits = onnx_logits(path_or_session, tokenizer, dataset.examples, max_length, threads=threads)
+    if dataset.task.is_regression:
+        logits = logits[:, 0]
+    preds = predictions_from_logits(logits, dataset.task.is_regression)
+    return compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])

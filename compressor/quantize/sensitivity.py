@@ -1,0 +1,200 @@
+"""Mixed precision by sensitivity, in the spirit of Q-BERT (Shen et al., 2020).
+
+Each unit (one weight matrix, or one encoder layer's matrices) is quantised
+*alone* with ONNX Runtime's dynamic INT8 and the dev score measured; the
+units whose quantisation costs most are the ones to keep in FP32. ``mixed``
+then quantises everything, and returns units to FP32 from the most
+sensitive down until the drop against FP32 is within ``max_drop``.
+``accuracy_aware`` tries configurations from the fastest down (static and
+dynamic INT8 of everything, then mixed ones) and keeps the fastest that
+meets the tolerance, recording every try.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import OrderedDict
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..errors import CompressorError
+from ..io import write_text
+from ..progress import progress
+from .onnx_int8 import quantize_dynamic_onnx, score_onnx, session
+
+# the ONNX operators ONNX Runtime's dynamic mode turns into integer ones, when a weight feeds them
+QUANTIZABLE_OPS = ("MatMul", "Attention", "EmbedLayerNormalization", "Gather")
+_LAYER = re.compile(r"layer[._/](\d+)")
+
+
+def quantizable_units(onnx_path: str, granularity: str = "matrix") -> "OrderedDict[str, List[str]]":
+    """Unit name -> ONNX node names; a unit is one weight matrix or one encoder layer."""
+    import onnx
+
+    if granularity not in ("matrix", "layer"):
+        raise CompressorError(f"granularity must be matrix or layer, got {granularity!r}")
+    model = onnx.load(onnx_path, load_external_data=False)
+    weights = {i.name for i in model.graph.initializer if len(i.dims) == 2}
+    units: "OrderedDict[str, List[str]]" = OrderedDict()
+    attention_index = 0
+    for node in model.graph.node:
+        if node.op_type not in QUANTIZABLE_OPS or not any(i in weights for i in node.input):
+            continue
+        if node.op_type == "Attention":  # fused Q/K/V: named Attention_<n>, in layer order
+            layer, what = attention_index, "attention.qkv"
+            attention_index += 1
+        else:
+            match = _LAYER.search(node.name)
+            layer = int(match.group(1)) if match else None
+            what = _short(node.name)
+        if node.op_type in ("EmbedLayerNormalization", "Gather"):
+            layer, what = None, "embeddings"
+        if granularity == "layer":
+            name = f"layer.{layer}" if layer is not None else what
+        else:
+            name = f"layer.{layer}.{what}" if layer is not None and not what.startswith("layer.") else what
+        units.setdefault(name, []).append(node.name)
+    if not units:
+        raise CompressorError(f"{onnx_path}: no weight matrices that ONNX Runtime can quantise")
+    return units
+
+
+def _short(node_name: str) -> str:
+    """'/bert/encoder/layer.0/attention/output/dense/MatMul' -> 'layer.0.attention.output.dense'."""
+    parts = [p for p in node_name.strip("/").split("/")[:-1] if p not in ("bert", "encoder", "roberta",
+                                                                          "distilbert", "transformer", "mpnet")]
+    return ".".join(parts) or node_name
+
+
+def measure_sensitivity(onnx_path: str, tokenizer, dev_set, preset, work_dir: str,
+                        granularity: str = "matrix", max_length: int = 128,
+                        threads: Optional[int] = None, op_types: Optional[Sequence[str]] = None) -> dict:
+    """Score FP32, all-INT8 and each unit quantised alone; rows sorted by drop, largest first."""
+    units = quantizable_units(onnx_path, granularity)
+    baseline = _score(onnx_path, tokenizer, dev_set, max_length, threads)
+    rows = []
+    for name, nodes in progress(units.items(), total=len(units), desc="sensitivity", unit="unit"):
+        path = os.path.join(work_dir, "one.onnx")
+        quantize_dynamic_onnx(onnx_path, path, preset, nodes_to_quantize=nodes, op_types=op_types)
+        value = _score(path, tokenizer, dev_set, max_length, threads)
+        rows.append({"unit": name, "nodes": nodes, "score": value, "drop": baseline - value})
+    path = os.path.join(work_dir, "all.onnx")
+    quantize_dynamic_onnx(onnx_path, path, preset, op_types=op_types)
+    everything = _score(path, tokenizer, dev_set, max_length, threads)
+    order = sorted(rows, key=lambda r: (-r["drop"], r["unit"]))
+    return {"granularity": granularity, "fp32_score": baseline, "all_int8_score": everything,
+            "units": order, "examples": len(dev_set)}
+
+
+def _score(path, tokenizer, dev_set, max_length, threads) -> float:
+    from ..metrics import task_score
+
+    return task_score(dev_set.task, score_onnx(path, tokenizer, dev_set, max_length, threads=threads))
+
+
+def table(report: dict, metric: str) -> str:
+    """The sensitivity report as a Markdown table (most sensitive first)."""
+    lines = [f"FP32 {metric}: {report['fp32_score']:.2f}; every unit INT8: {report['all_int8_score']:.2f} "
+             f"({report['examples']} dev rows, one unit quantised at a time)", "",
+             f"| unit | {metric} with only it INT8 | drop |", "|---|---:|---:|"]
+    for r in report["units"]:
+        lines.append(f"| {r['unit']} | {r['score']:.2f} | {r['drop']:+.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: str, metric: str) -> str:
+    """A bar chart of each unit's drop (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    units = sorted(report["units"], key=lambda r: r["unit"])
+    fig, ax = plt.subplots(figsize=(max(6, 0.3 * len(units) + 2), 4))
+    ax.bar(range(len(units)), [r["drop"] for r in units], color="#4472c4")
+    ax.set_xticks(range(len(units)))
+    ax.set_xticklabels([r["unit"] for r in units], rotation=75, ha="right", fontsize=7)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_ylabel(f"{metric} drop (points) when only this unit is INT8")
+    ax.set_title(f"Quantisation sensitivity (FP32 {report['fp32_score']:.2f}, "
+                 f"all INT8 {report['all_int8_score']:.2f})")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def mixed_precision(onnx_path: str, out_path: str, report: dict, tokenizer, dev_set, preset,
+                    max_drop: float, max_length: int = 128, threads: Optional[int] = None,
+                    op_types: Optional[Sequence[str]] = None) -> dict:
+    """Quantise all, then keep the most sensitive units FP32 one by one until the drop <= ``max_drop``.
+
+    Returns the FP32 units, the final score and every step tried; when even
+    all-but-everything misses the target, the last try is kept and
+    ``met`` is False.
+    """
+    baseline = report["fp32_score"]
+    ranked = [r for r in report["units"]]
+    tried = []
+    kept: List[str] = []
+    excluded: List[str] = []
+    for k in range(len(ranked) + 1):
+        quantize_dynamic_onnx(onnx_path, out_path, preset, nodes_to_exclude=excluded, op_types=op_types)
+        value = _score(out_path, tokenizer, dev_set, max_length, threads)
+        tried.append({"fp32_units": list(kept), "score": value, "drop": baseline - value})
+        if baseline - value <= max_drop or k == len(ranked):
+            break
+        kept.append(ranked[k]["unit"])
+        excluded += ranked[k]["nodes"]
+    return {"fp32_units": kept, "excluded_nodes": excluded, "score": tried[-1]["score"],
+            "drop": tried[-1]["drop"], "met": tried[-1]["drop"] <= max_drop, "tried": tried}
+
+
+def latency_ms(path: str, feeds: Sequence[dict], threads: int = 1, repeats: int = 1) -> float:
+    """Median batch-1 latency of one ONNX file over ``feeds`` (a quick ranking, not the benchmark)."""
+    sess = session(path, threads)
+    names = [i.name for i in sess.get_inputs()]
+    for feed in feeds[:5]:
+        sess.run(None, {k: feed[k] for k in names})
+    times = []
+    for _ in range(repeats):
+        for feed in feeds:
+            start = time.perf_counter()
+            sess.run(None, {k: feed[k] for k in names})
+            times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1000)
+
+
+def accuracy_aware(candidates: Sequence[tuple], baseline: float, max_drop: float,
+                   score_fn: Callable[[str], float], latency_fn: Callable[[str], float]) -> dict:
+    """Try ``(name, build)`` candidates; keep the fastest whose drop is within ``max_drop``.
+
+    ``build()`` writes a model and returns its path (or None when it cannot
+    be built). Every candidate is scored and timed, so the record shows what
+    the choice was made against.
+    """
+    tried = []
+    for name, build in candidates:
+        path = build()
+        if path is None:
+            continue
+        value = score_fn(path)
+        tried.append({"name": name, "path": path, "score": value, "drop": baseline - value,
+                      "latency_ms": round(latency_fn(path), 3),
+                      "meets": baseline - value <= max_drop})
+    fit = [t for t in tried if t["meets"]]
+    chosen = min(fit, key=lambda t: t["latency_ms"]) if fit else None
+    return {"chosen": chosen["name"] if chosen else None, "path": chosen["path"] if chosen else None,
+            "tried": tried}
+
+
+def write_report(report: dict, folder: str, metric: str) -> Dict[str, str]:
+    """``sensitivity.md`` and ``sensitivity.png`` in ``folder``."""
+    md = os.path.join(folder, "sensitivity.md")
+    write_text(md, table(report, metric))
+    return {"table": md, "plot": plot(report, os.path.join(folder, "sensitivity.png"), metric)}
