@@ -161,13 +161,19 @@ def _build_inc(spec: Spec, calibration_rows: int = 64) -> Runner:
     task, _ = _task_for(spec.path, None)
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if _uses_types(net) else [])
 
+    # torch.export matches dynamic shapes to named parameters, so no *args here
     class Logits(torch.nn.Module):
         def __init__(self, inner):
             super().__init__()
             self.inner = inner
 
-        def forward(self, *inputs):
-            return self.inner(**dict(zip(names, inputs))).logits
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    class LogitsWithTypes(Logits):
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).logits
 
     pad = tokenizer.pad_token_id or 0
     max_length = _max_length(spec.path)
@@ -182,7 +188,8 @@ def _build_inc(spec: Spec, calibration_rows: int = 64) -> Runner:
     calib = [_text(ex) for ex in train.examples]
     batch, seq = Dim("batch", min=1, max=1024), Dim("seq", min=2, max=read_meta(spec.path).get("max_length", 512))
     with torch.no_grad():
-        graph = export(Logits(net), enc(calib[:2]), dynamic_shapes=tuple({0: batch, 1: seq} for _ in names))
+        wrapper = (LogitsWithTypes if "token_type_ids" in names else Logits)(net)
+        graph = export(wrapper, enc(calib[:2]), dynamic_shapes=tuple({0: batch, 1: seq} for _ in names))
         prepared = prepare(graph, StaticQuantConfig())
         for i in range(0, len(calib), 8):
             prepared(*enc(calib[i:i + 8]))
