@@ -2,6 +2,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -155,3 +156,35 @@ stages:
 """)
     problems = validate_recipe(str(recipe))
     assert problems and "sentences" in problems[0]
+
+
+def test_export_stage_takes_an_onnx_folder(teacher, tmp_path):
+    from compressor.recipe import run_recipe
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"""name: twice
+task: sst2
+data: {{dir: embedded, dev_limit: 24}}
+teacher: {teacher}
+stages:
+  - export: {{optimize: false}}
+  - export: {{}}
+""")
+    manifest = run_recipe(str(recipe), str(tmp_path / "run"), log=lambda m: None)
+    first, second = manifest["stages"][1], manifest["stages"][2]
+    assert first["kind"] == second["kind"] == "onnx"
+    assert second["score"] == first["score"] and second["size_bytes"] == first["size_bytes"]
+    record = json.load(open(tmp_path / "run" / "02-export" / "record.json"))
+    assert record["fusions"] is None and record["engine"] == "onnxruntime"   # carried over as it was
+
+
+def test_inc_peer_quantises_and_still_classifies(teacher, dev):
+    from bench.harness import Spec, build
+
+    torch.set_num_threads(2)
+    runner = build(Spec("inc-int8", teacher, "inc", "int8-static", extra={"data_dir": "embedded"}))
+    texts = [ex.texts[0] for ex in dev.examples[:16]]
+    logits = runner.logits(texts, batch_size=8)
+    fp32 = build(Spec("fp32", teacher)).logits(texts, batch_size=8)
+    assert np.abs(logits).max() > 0        # INC's uncalibrated dynamic path returns zeros; this one is calibrated
+    assert np.abs(logits - fp32).max() < 0.05 * max(1.0, np.abs(fp32).max())
