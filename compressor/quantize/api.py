@@ -178,6 +178,10 @@ def _onnx(model, out, config, preset, task_spec, train_set, dev_set, max_length)
             model = trained
         src_folder = ox.ensure_export(model, os.path.join(work, "export"))
         src = ox.onnx_file(src_folder)
+        done = ox.quantization_of(src_folder)
+        if done:
+            raise CompressorError(f"{model} is already quantised ({done.get('method')}); "
+                                  "quantise its FP32 export instead")
         tokenizer = AutoTokenizer.from_pretrained(src_folder)
         quant = {"method": config.method, "preset": preset.to_dict(), "backend": "onnxruntime"}
 

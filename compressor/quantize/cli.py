@@ -1,5 +1,86 @@
-"""Command-line commands of this package; ``compressor.cli`` calls ``register``."""
+"""``compressor quantize``: a thin layer over ``compressor.quantize.quantize``."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+
+import click
+
+_HELP = {
+    "method": "dynamic, static, qat, mixed, auto, fp16 (onnxruntime); dynamic, weight_only, fp16, bf16 "
+              "(torchao); static, dynamic (inc).",
+    "backend": "onnxruntime (writes an ONNX export folder), torchao or inc (PyTorch folders).",
+    "preset": "Hardware to deploy to: avx2, avx512_vnni, amx, arm64.",
+    "calibration": "Static INT8 calibration: minmax, entropy, percentile.",
+    "max_drop": "mixed/auto: tolerated dev score drop in points.",
+    "granularity": "mixed/auto: sensitivity per matrix or per layer.",
+    "exclude": "Keep this ONNX node / torch module in FP32 (repeatable).",
+    "smoothquant_alpha": "inc: apply SmoothQuant with this alpha before static INT8.",
+    "optimize": "onnxruntime: apply ORT's BERT fusions before quantising (export folders have them).",
+    "distill_alpha": "qat: weight of the FP32 model's soft targets (0: labels only).",
+}
+
+
+def _options(fn):
+    """One option per QuantizeConfig field, so the CLI and recipes take the same settings."""
+    from .api import QuantizeConfig
+
+    hints = typing.get_type_hints(QuantizeConfig)
+    for f in reversed(dataclasses.fields(QuantizeConfig)):
+        flag = "--" + f.name.replace("_", "-")
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) is list:
+            fn = click.option(flag, f.name, multiple=True, help=_HELP.get(f.name))(fn)
+        elif typing.get_origin(hint) is typing.Union and bool in args:
+            fn = click.option(f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=None,
+                              help=f"Override the preset ({f.name.replace('_', ' ')}).")(fn)
+        elif hint is bool:
+            fn = click.option(flag, f.name, is_flag=True, default=f.default, help=_HELP.get(f.name))(fn)
+        else:
+            kind = next((a for a in args if a is not type(None)), hint) if args else hint
+            default = f.default if f.default is not dataclasses.MISSING else None
+            fn = click.option(flag, f.name, type=kind, default=default, show_default=default is not None,
+                              help=_HELP.get(f.name))(fn)
+    return fn
 
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
+
+    @cli.command("quantize")
+    @click.argument("model")
+    @click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write.")
+    @click.option("--task", default=None, help="The task, when the model does not say.")
+    @click.option("--data-dir", envvar="GLUE_DIR", default=None, show_envvar=True,
+                  help="GLUE folder (or 'embedded') for the dev score and calibration/training rows.")
+    @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
+    @click.option("--dev-limit", type=int, default=None, help="Score only the first N dev rows.")
+    @_options
+    def quantize_command(model, out, task, data_dir, train_limit, dev_limit, **kwargs):
+        """Quantise a checkpoint or ONNX export folder (INT8, mixed precision, FP16/BF16)."""
+        from ..data import load_split
+        from ..scoring import _task_for
+        from .api import QuantizeConfig, quantize
+
+        kwargs["exclude"] = list(kwargs["exclude"])
+        config = QuantizeConfig(**kwargs)
+        config.check()
+        task_spec, _ = _task_for(model, task) if os.path.isdir(model) else (None, None)
+        train = dev = None
+        if task_spec is not None and (train_limit or dev_limit):
+            if train_limit:
+                train = load_split(task_spec, "train", data_dir=data_dir, limit=train_limit)
+            dev = load_split(task_spec, "dev", data_dir=data_dir, limit=dev_limit)
+        record = quantize(model, out, config, task=task, data_dir=data_dir, train_set=train, dev_set=dev)
+        if record.get("metrics"):
+            metrics = ", ".join(f"{k} {v:.4f}" for k, v in record["metrics"].items())
+            click.echo(f"{record['task']} dev: {metrics} ({record['examples']} examples, "
+                       f"score {record['score']:.2f})")
+        search = record.get("search") or {}
+        if search.get("chosen"):
+            click.echo(f"chose: {search['chosen']}")
+        if search.get("fp32_units") is not None:
+            click.echo(f"kept in FP32: {', '.join(search['fp32_units']) or 'nothing'}")
+        click.echo(f"written: {os.path.abspath(out)} ({record['size_bytes'] / 1e6:.1f} MB)")

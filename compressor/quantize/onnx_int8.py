@@ -55,8 +55,14 @@ def ensure_export(model_dir: str, work_dir: str) -> str:
     except ImportError:
         raise CompressorError(f"{model_dir} is a PyTorch checkpoint and this install has no "
                               "ONNX exporter (export.export_onnx); export it first") from None
-    export_onnx(model_dir, work_dir)
+    export_onnx(model_dir, work_dir, parity=False)  # the source model is scored anyway
     return work_dir
+
+
+def quantization_of(folder: str) -> dict:
+    """What ``compressor quantize`` recorded in an export folder's manifest ({} for an FP32 export)."""
+    path = os.path.join(folder, MANIFEST)
+    return (read_json(path).get("quantization") or {}) if os.path.isfile(path) else {}
 
 
 def write_export(src_folder: str, out_dir: str, write_model, quantization: dict) -> str:
@@ -278,8 +284,13 @@ def session(path: str, threads: Optional[int] = None, optimization: str = "all")
 
 
 def onnx_logits(path_or_session, tokenizer, examples: Sequence, max_length: int,
-                batch_size: int = 32, threads: Optional[int] = None) -> np.ndarray:
-    """Logits for ``examples`` in input order (length-sorted, per-batch padded runs)."""
+                batch_size: int = 1, threads: Optional[int] = None) -> np.ndarray:
+    """Logits for ``examples`` in input order (length-sorted, per-batch padded runs).
+
+    Batch 1 by default: dynamic INT8 takes each activation's range over the
+    whole batch tensor, padding included, so its predictions depend on what
+    a sentence is batched with; one at a time is how it is deployed and timed.
+    """
     sess = session(path_or_session, threads) if isinstance(path_or_session, str) else path_or_session
     names = [i.name for i in sess.get_inputs()]
     enc = tokenizer(*[list(c) for c in zip(*[ex.texts for ex in examples])], truncation=True,
@@ -308,12 +319,13 @@ def onnx_logits(path_or_session, tokenizer, examples: Sequence, max_length: int,
     return out
 
 
-def score_onnx(path_or_session, tokenizer, dataset, max_length: int, threads: Optional[int] = None) -> dict:
-    """The task's metrics for an ONNX model on a labelled dataset."""
+def score_onnx(path_or_session, tokenizer, dataset, max_length: int, threads: Optional[int] = None,
+               batch_size: int = 1) -> dict:
+    """The task's metrics for an ONNX model on a labelled dataset (one sentence at a time by default)."""
     from ..metrics import compute_metrics
     from ..scoring import predictions_from_logits
 
-    logits = onnx_logits(path_or_session, tokenizer, dataset.examples, max_length, threads=threads)
+    logits = onnx_logits(path_or_session, tokenizer, dataset.examples, max_length, batch_size, threads)
     if dataset.task.is_regression:
         logits = logits[:, 0]
     preds = predictions_from_logits(logits, dataset.task.is_regression)

@@ -1,1 +1,72 @@
-"""Recipe stages of this package (registered with ``compressor.recipe.registry.register_stage``)."""
+"""Recipe stages ``quantize`` (ONNX Runtime: produces an export folder) and ``quantize_torch``.
+
+One stage name per output kind, because a stage declares what it produces:
+``quantize`` takes a checkpoint (exported first) or an export folder and
+writes an ONNX export folder; ``quantize_torch`` takes a checkpoint and
+writes a ``torch-quantized`` folder (torchao or INC), scored in PyTorch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from ..errors import CompressorError
+from ..recipe.registry import TRAINABLE, register_stage
+from .api import QuantizeConfig
+from .torch_int8 import KIND as TORCH_KIND
+
+ONNX_KIND = "onnx"
+
+
+@dataclass
+class OnnxQuantizeConfig(QuantizeConfig):
+    def check(self) -> None:
+        if self.backend != "onnxruntime":
+            raise CompressorError(f"backend {self.backend} is the stage 'quantize_torch'; the stage "
+                                  "quantize runs onnxruntime")
+        super().check()
+
+
+@dataclass
+class TorchQuantizeConfig(QuantizeConfig):
+    backend: str = "torchao"
+
+    def check(self) -> None:
+        if self.backend == "onnxruntime":
+            raise CompressorError("backend onnxruntime is the stage 'quantize'; quantize_torch takes "
+                                  "torchao or inc")
+        super().check()
+
+
+def _run(ctx, config: QuantizeConfig) -> dict:
+    from ..models import read_meta
+    from .api import quantize
+
+    max_length = read_meta(ctx.model_dir).get("max_length", config.max_length)
+    dev = ctx.split("dev")
+    needs_train = config.method in ("static", "qat", "auto") or config.backend == "inc"
+    train = ctx.split("train") if needs_train else None
+    record = quantize(ctx.model_dir, ctx.out_dir, config, task=None, data_dir=ctx.data_dir,
+                      train_set=train, dev_set=dev, meta=ctx.meta(f"quantize:{config.backend}:{config.method}",
+                                                                  max_length))
+    keep = ("metrics", "score", "split", "examples", "engine", "size_bytes", "parameters", "preset",
+            "method", "backend", "qat", "search", "quantization", "sensitivity_files")
+    out = {k: record[k] for k in keep if k in record}
+    search = out.get("search")
+    if search:  # the full per-unit table is in the folder (sensitivity.md); keep the record short
+        out["search"] = {k: v for k, v in search.items() if k != "sensitivity"}
+        out["search"]["sensitivity"] = [{"unit": u["unit"], "drop": round(u["drop"], 3)}
+                                        for u in search["sensitivity"]["units"]]
+    return out
+
+
+@register_stage("quantize", OnnxQuantizeConfig, accepts=(TRAINABLE, ONNX_KIND), produces=ONNX_KIND)
+def quantize_stage(ctx, config: OnnxQuantizeConfig) -> dict:
+    """INT8 (dynamic, static, QAT, mixed, auto) or FP16 ONNX with ONNX Runtime; writes an export folder."""
+    return _run(ctx, config)
+
+
+@register_stage("quantize_torch", TorchQuantizeConfig, accepts=(TRAINABLE,), produces=TORCH_KIND)
+def quantize_torch_stage(ctx, config: TorchQuantizeConfig) -> dict:
+    """INT8 or FP16/BF16 PyTorch model with torchao or Intel Neural Compressor."""
+    return _run(ctx, config)
