@@ -43,7 +43,7 @@ EXPERIMENTS = {
         ("4L312-tinybert", {"kind": "config", "num_layers": 4, "hidden_size": 312, "heads": 12,
                             "ffn_size": 1200},
          {"kd": 1, "hidden": 1, "embedding": 1, "attention": 1, "hidden_mapping": "uniform"},
-         dict(lr=1e-4, warmup=0.1, intermediate_epochs=3, intermediate_lr=2e-4))],
+         dict(lr=1e-4, warmup=0.1, intermediate_epochs=2, intermediate_lr=2e-4))],
     # Tang et al.: a BiLSTM over the teacher's word pieces, trained on the teacher's logits
     "bilstm": [("bilstm-labels", {"kind": "bilstm", "embedding_dim": 64, "hidden_size": 128},
                 LABELS, dict(lr=2e-3, epochs=5, batch_size=64, weight_decay=0.01)),
@@ -69,6 +69,8 @@ def student_row(name: str, record: dict) -> dict:
 def run_students(args, experiment: str, teacher: str, runs) -> list:
     rows = [teacher_row(teacher, "teacher")]
     for name, student, losses, settings in runs:
+        if args.runs and name not in args.runs.split(","):
+            continue
         config = DistillConfig(**{**PLAIN, **settings}, seed=args.seed, device=args.device,
                                precision=args.precision, student=student, losses=losses)
         record = distill(teacher, os.path.join(args.work, name), config=config,
@@ -92,6 +94,7 @@ def main(argv=None):
     parser.add_argument("--device", default="auto")
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--runs", default=None, help="comma-separated run names: only these")
     parser.add_argument("--train-limit", type=int, default=None, help="smoke tests only")
     parser.add_argument("--dev-limit", type=int, default=None, help="smoke tests only")
     parser.add_argument("experiments", nargs="+",

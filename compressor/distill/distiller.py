@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..arch import arch_of
-from ..data import get_task, load_data
+from ..data import load_data
 from ..device import resolve_device
 from ..errors import CompressorError
 from ..io import versions
@@ -317,10 +317,11 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
             config: Optional[DistillConfig] = None, data_dir: Optional[str] = None,
             train_limit: Optional[int] = None, dev_limit: Optional[int] = None,
             overwrite: bool = False, student: Optional[dict] = None,
-            losses: Optional[dict] = None) -> dict:
+            losses: Optional[dict] = None, user_data=None) -> dict:
     """Distil ``teacher`` (a task checkpoint) into a new student written to ``out``.
 
-    ``student`` and ``losses`` (mappings, as in a recipe) override those of ``config``.
+    ``student`` and ``losses`` (mappings, as in a recipe) override those of ``config``;
+    ``user_data`` (:class:`compressor.data.UserData`) trains on the user's own files.
     Returns the record also written to ``out/metrics.json``: the student's dev metrics,
     the teacher's, retention, parameters and size of both, and the training history.
     """
@@ -338,8 +339,8 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     if os.path.exists(out) and os.listdir(out) and not overwrite:
         raise CompressorError(f"output folder {out} is not empty; pass --overwrite or choose another")
     device = resolve_device(config.device)
-    train_set = load_data(task_spec, "train", data_dir, train_limit)
-    dev_set = load_data(task_spec, "dev", data_dir, dev_limit)
+    train_set = load_data(task_spec, "train", data_dir, train_limit, user_data)
+    dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
     attn = "eager" if config.loss_config().needs_attentions else None
     net, tokenizer = load_for_task(teacher_path, task_spec, attn_implementation=attn)
     teacher_max_length = read_meta(teacher_path).get("max_length", config.max_length)

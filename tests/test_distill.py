@@ -1,0 +1,344 @@
+"""Distillation: each loss on hand-made tensors, layer mappings, students, projections,
+small BiLSTM/CNN students, the stage and the command, and end-to-end runs that teach a student."""
+import json
+import math
+
+import pytest
+import torch
+import transformers
+from click.testing import CliRunner
+
+from compressor.distill import DistillConfig, distill, layer_mapping
+from compressor.distill import losses as L
+from compressor.distill.students import StudentSpec, build_student, teacher_layers_to_keep
+from compressor.errors import CompressorError
+from compressor.models import count_parameters, load_for_task
+from conftest import write_reviews
+
+
+# -- losses on hand-made tensors ----------------------------------------------
+
+def test_soft_cross_entropy_known_values():
+    student = torch.tensor([[0.0, 0.0]])
+    teacher = torch.tensor([[0.0, math.log(3.0)]])           # teacher probabilities 1/4, 3/4
+    assert L.soft_cross_entropy(student, teacher).item() == pytest.approx(math.log(2))
+    # T=2: the teacher softens to (1, sqrt 3)/(1 + sqrt 3); the T² factor scales the value
+    assert L.soft_cross_entropy(student, teacher, 2.0).item() == pytest.approx(4 * math.log(2))
+    # against itself it is the teacher's entropy, its minimum
+    p = torch.tensor([0.25, 0.75])
+    entropy = -(p * p.log()).sum().item()
+    assert L.soft_cross_entropy(teacher, teacher).item() == pytest.approx(entropy)
+    assert L.logits_mse(torch.tensor([[1.0, 3.0]]), torch.tensor([[0.0, 1.0]])).item() == 2.5
+    assert L.task_loss(torch.tensor([[0.0, 0.0]]), torch.tensor([1])).item() == pytest.approx(math.log(2))
+    assert L.task_loss(torch.tensor([[2.0]]), torch.tensor([0.5])).item() == pytest.approx(2.25)
+
+
+def test_hidden_losses_count_real_tokens_only():
+    mask = torch.tensor([[1, 1, 0]])
+    student = torch.zeros(1, 3, 4)
+    teacher = torch.ones(1, 3, 4)
+    teacher[0, 2] = 100.0                                     # padding: must not count
+    assert L.hidden_mse(student, teacher, mask).item() == pytest.approx(1.0)
+    assert L.hidden_mse(student, teacher).item() > 100        # without the mask it would
+    # BERT-PKD: unit vectors at right angles are sqrt(2) apart; the first token only
+    s = torch.tensor([[[2.0, 0.0], [5.0, 5.0]]])
+    t = torch.tensor([[[0.0, 3.0], [1.0, 1.0]]])
+    assert L.hidden_mse(s, t, tokens="cls", normalize=True).item() == pytest.approx(2.0)
+    assert L.hidden_mse(s, t, tokens="all", normalize=True).item() == pytest.approx(1.0)
+    # DistilBERT's cosine loss: same direction 0, right angle 1, opposite 2
+    a = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]])
+    b = torch.tensor([[[3.0, 0.0], [0.0, 2.0], [-1.0, 0.0]]])
+    assert L.cosine_loss(a, b).item() == pytest.approx(1.0)
+    assert L.cosine_loss(a, b, torch.tensor([[1, 1, 0]])).item() == pytest.approx(0.5)
+
+
+def test_attention_losses_known_values():
+    teacher = torch.tensor([[[[1.0, 0.0], [0.5, 0.5]]]])        # [batch 1, head 1, 2 x 2]
+    student = torch.tensor([[[[0.5, 0.5], [0.5, 0.5]]]])
+    assert L.attention_kl(student, teacher).item() == pytest.approx(math.log(2) / 2)
+    assert L.attention_kl(teacher, teacher).item() == pytest.approx(0.0, abs=1e-6)
+    assert L.attention_mse(student, teacher).item() == pytest.approx(0.125)   # (.25 + .25) / 4
+    with pytest.raises(CompressorError, match="head counts"):
+        L.attention_mse(student, teacher.expand(1, 2, 2, 2))
+
+
+def test_minilm_relation_across_widths_and_heads():
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    teacher = {k: torch.randn(2, 4, 12) for k in "qkv"}       # hidden 12
+    student = {k: torch.randn(2, 4, 8) for k in "qkv"}        # hidden 8
+    rel = L.relation(teacher["q"], teacher["k"], 4, mask)
+    assert rel.shape == (2, 4, 4, 4)
+    assert torch.allclose(rel.sum(-1), torch.ones(2, 4, 4))
+    assert rel[0, :, :, 3].abs().max() < 1e-6                 # padded keys get no weight
+    # one head by hand: softmax(q kᵀ / sqrt(d))
+    q, k = teacher["q"][1], teacher["k"][1]
+    assert torch.allclose(L.relation(teacher["q"], teacher["k"], 1)[1, 0],
+                          torch.softmax(q @ k.T / math.sqrt(12), -1), atol=1e-6)
+    loss = L.relation_kl(student, teacher, ("qk", "vv"), heads=4, mask=mask)
+    assert loss.item() > 0
+    assert L.relation_kl(teacher, teacher, ("qk", "vv", "qq", "kk"), 4, mask).item() == \
+        pytest.approx(0.0, abs=1e-5)
+    with pytest.raises(CompressorError, match="relation heads"):
+        L.relation_kl(student, teacher, heads=5)
+
+
+def test_layer_mappings():
+    assert layer_mapping(3, 6, "uniform") == [(1, 2), (2, 4), (3, 6)]
+    assert layer_mapping(4, 6, "uniform") == [(1, 2), (2, 3), (3, 5), (4, 6)]
+    assert layer_mapping(3, 6, "skip") == [(1, 2), (2, 4)]          # BERT-PKD skip
+    assert layer_mapping(6, 12, "skip") == [(i, 2 * i) for i in range(1, 6)]
+    assert layer_mapping(6, 12, "last") == [(i, 6 + i) for i in range(1, 6)]   # 7..11
+    assert layer_mapping(3, 6, [1, 3, 6]) == [(1, 1), (2, 3), (3, 6)]
+    for bad in ([1, 2, 3, 4], [0], [7]):
+        with pytest.raises(CompressorError):
+            layer_mapping(3, 6, bad)
+    with pytest.raises(CompressorError, match="unknown layer mapping"):
+        layer_mapping(3, 6, "every")
+
+
+def test_loss_config_checks_and_stages():
+    config = L.loss_config({"kd": 1, "hidden": 2, "attention": 1, "temperature": "2"})
+    assert config.temperature == 2.0
+    first, second = config.intermediate_only(), config.prediction_only()
+    assert (first.kd, first.hidden, first.attention) == (0, 2, 1)
+    assert (second.kd, second.hidden, second.attention) == (1, 0, 0)
+    for bad, message in (({"kd": -1}, "losses.kd"), ({"kd": 0}, "every weight is 0"),
+                         ({"hiden": 1}, "no setting 'hiden'"),
+                         ({"hidden_mapping": "middle"}, "hidden_mapping"),
+                         ({"attention_loss": "l1"}, "attention_loss"),
+                         ({"minilm_relations": ["qv"]}, "minilm_relations")):
+        with pytest.raises(CompressorError, match=message):
+            L.loss_config(bad)
+
+
+# -- students -------------------------------------------------------------------
+
+def test_layer_picks():
+    spec = StudentSpec(num_layers=3)
+    assert teacher_layers_to_keep(spec, 6) == [1, 3, 5]         # DistilBERT: every other layer
+    assert teacher_layers_to_keep(StudentSpec(num_layers=4), 12) == [1, 4, 7, 10]
+    assert teacher_layers_to_keep(StudentSpec(num_layers=3, pick="first"), 6) == [1, 2, 3]
+    assert teacher_layers_to_keep(StudentSpec(num_layers=2, pick="last"), 6) == [5, 6]
+    assert teacher_layers_to_keep(StudentSpec(layers=[2, 6]), 6) == [2, 6]
+    with pytest.raises(CompressorError, match="teacher layer 7"):
+        teacher_layers_to_keep(StudentSpec(layers=[7]), 6)
+    with pytest.raises(CompressorError, match="exceeds"):
+        teacher_layers_to_keep(StudentSpec(num_layers=8), 6)
+
+
+@pytest.fixture(scope="module")
+def teachers(tiny_models, tmp_path_factory):
+    """Tiny task classifiers (2 layers, hidden 32) of two architectures, untrained but saved."""
+    from compressor.data import get_task
+
+    root = tmp_path_factory.mktemp("teachers")
+    out = {}
+    for arch in ("bert", "mpnet"):
+        torch.manual_seed(0)
+        model, tok = load_for_task(tiny_models[arch], get_task("sst2"))
+        model.save_pretrained(root / arch)
+        tok.save_pretrained(root / arch)
+        out[arch] = str(root / arch)
+    return out
+
+
+@pytest.mark.parametrize("arch", ["bert", "mpnet"])
+def test_layer_student_copies_the_chosen_teacher_layers(teachers, arch):
+    from compressor.arch import arch_of
+    from compressor.data import get_task
+
+    teacher, tok = load_for_task(teachers[arch], get_task("sst2"))
+    student, _, made = build_student(StudentSpec(layers=[2]), teacher, tok, get_task("sst2"))
+    spec = arch_of(student)
+    assert made["teacher_layers"] == [2] and spec.num_layers(student.config) == 1
+    s_layer, t_layer = spec.get_layers(student)[0], spec.get_layers(teacher)[1]
+    for (name, a), (_, b) in zip(s_layer.named_parameters(), t_layer.named_parameters()):
+        assert torch.equal(a, b), name
+    assert torch.equal(spec.get_classifier(student).out_proj.weight if arch == "mpnet" else
+                       spec.get_classifier(student).weight,
+                       spec.get_classifier(teacher).out_proj.weight if arch == "mpnet" else
+                       spec.get_classifier(teacher).weight)
+    assert count_parameters(student) < count_parameters(teacher)
+    assert len(spec.get_layers(teacher)) == 2                    # the teacher is left whole
+    ids = tok(["a fine film"], return_tensors="pt")
+    ids.pop("token_type_ids", None)
+    assert student(**ids).logits.shape == (1, 2)
+
+
+def test_narrow_student_and_other_architecture(teachers):
+    from compressor.arch import arch_of
+    from compressor.data import get_task
+
+    teacher, tok = load_for_task(teachers["bert"], get_task("sst2"))
+    spec = StudentSpec(kind="config", num_layers=1, hidden_size=24, heads=3, ffn_size=40)
+    student, _, _ = build_student(spec, teacher, tok, get_task("sst2"))
+    assert (student.config.hidden_size, student.config.num_hidden_layers,
+            student.config.num_attention_heads, student.config.intermediate_size) == (24, 1, 3, 40)
+    other, _, made = build_student(StudentSpec(kind="config", model_type="distilbert", num_layers=1,
+                                               hidden_size=16, heads=2), teacher, tok, get_task("sst2"))
+    assert made["model_type"] == "distilbert" and arch_of(other).hidden_size(other.config) == 16
+    with pytest.raises(CompressorError, match="does not split"):
+        build_student(StudentSpec(kind="config", hidden_size=30, heads=4), teacher, tok,
+                      get_task("sst2"))
+
+
+def test_bad_student_specs():
+    from compressor.distill.students import student_spec
+
+    for values, message in (({"kind": "gru"}, "kind 'gru'"), ({"kind": "pretrained"}, "needs model"),
+                            ({"pick": "middle"}, "pick"), ({"layres": [1]}, "no setting 'layres'"),
+                            ({"kind": "config", "model_type": "gpt2"}, "not registered")):
+        with pytest.raises(CompressorError, match=message):
+            student_spec(values)
+
+
+# -- end to end -------------------------------------------------------------------
+
+QUICK = dict(batch_size=16, max_length=16, device="cpu", warmup=0.0, eval_every=0)
+
+
+@pytest.fixture(scope="module")
+def trained_teacher(tiny_models, tmp_path_factory):
+    """A tiny BERT fine-tuned on reviews whose label is visible in the text (near 100%)."""
+    from compressor.data import UserData
+    from compressor.train import TrainConfig, finetune
+
+    root = tmp_path_factory.mktemp("reviews")
+    data = UserData(write_reviews(root / "train.csv", 400), write_reviews(root / "dev.csv", 96, 400),
+                    ("review",), "sentiment")
+    finetune(tiny_models["bert"], "reviews", str(root / "teacher"), user_data=data,
+             config=TrainConfig(epochs=3, lr=2e-3, **QUICK))
+    return str(root / "teacher"), data
+
+
+def _agreement(a, b, tok, examples):
+    from compressor.scoring import predict_logits
+    return float((predict_logits(a, tok, examples, 16).argmax(-1) ==
+                  predict_logits(b, tok, examples, 16).argmax(-1)).mean())
+
+
+def test_distillation_improves_the_student(trained_teacher, tmp_path):
+    """One teacher layer on a 1-layer student, soft targets plus hidden MSE: far above chance."""
+    from compressor.data import load_data
+    from compressor.distill.students import student_spec
+
+    teacher_dir, data = trained_teacher
+    config = DistillConfig(epochs=3, lr=3e-3, **QUICK, student={"kind": "config", "num_layers": 1},
+                           losses={"kd": 1, "temperature": 2, "hidden": 1, "attention": 1})
+    teacher, tok = load_for_task(teacher_dir, attn_implementation="eager")
+    task = load_data(data.task(), "dev", user_data=data).task
+    dev = load_data(task, "dev", user_data=data)
+    torch.manual_seed(42)
+    untrained, _, _ = build_student(student_spec(config.student), teacher, tok, task)
+    record = distill(teacher_dir, str(tmp_path / "student"), config=config, user_data=data)
+    assert record["teacher_score"] > 95
+    student, _ = load_for_task(str(tmp_path / "student"))
+    assert _agreement(untrained, teacher, tok, dev.examples) < 0.8
+    assert record["score"] > 90 and _agreement(student, teacher, tok, dev.examples) > 0.9
+    assert record["retention"] == pytest.approx(record["score"] / record["teacher_score"], abs=1e-4)
+    assert record["parameters"] < record["teacher_parameters"]
+    assert record["cached_teacher_logits"] is False              # layer losses need the teacher live
+    saved = json.loads((tmp_path / "student" / "metrics.json").read_text())
+    assert saved["score"] == record["score"] and saved["size_bytes"] > 0
+
+
+def test_two_stage_narrow_student_with_projections(trained_teacher, tmp_path):
+    """TinyBERT's schedule: hidden 16 vs the teacher's 32 needs projections, which are not saved."""
+    teacher_dir, data = trained_teacher
+    config = DistillConfig(epochs=2, lr=3e-3, **QUICK, intermediate_epochs=1,
+                           student={"kind": "config", "num_layers": 1, "hidden_size": 16, "heads": 4},
+                           losses={"kd": 1, "hidden": 1, "embedding": 1, "attention": 1})
+    record = distill(teacher_dir, str(tmp_path / "s"), config=config, user_data=data)
+    assert [p["phase"] for p in record["phases"]] == ["intermediate", "predict"]
+    assert record["cached_teacher_logits"] is True               # the second stage needs logits only
+    assert record["score"] > 80
+    student = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "s")
+    assert student.config.hidden_size == 16
+    assert count_parameters(student) == record["parameters"]      # no projection came along
+    assert not any("projections" in k for k in student.state_dict())
+
+
+def test_minilm_and_cosine_losses_train(trained_teacher, tmp_path):
+    teacher_dir, data = trained_teacher
+    config = DistillConfig(epochs=2, lr=3e-3, **QUICK,
+                           student={"kind": "config", "num_layers": 1, "hidden_size": 16, "heads": 2},
+                           losses={"kd": 0, "task": 1, "minilm": 1, "cosine": 1})
+    record = distill(teacher_dir, str(tmp_path / "s"), config=config, user_data=data)
+    assert record["score"] > 80
+
+
+@pytest.mark.parametrize("kind", ["bilstm", "cnn"])
+def test_small_student_learns_and_loads_like_any_checkpoint(trained_teacher, tmp_path, kind):
+    from compressor.scoring import evaluate, predict
+
+    teacher_dir, data = trained_teacher
+    config = DistillConfig(epochs=3, lr=1e-2, **QUICK,
+                           student={"kind": kind, "embedding_dim": 16, "hidden_size": 16},
+                           losses={"kd": 0, "logits_mse": 1})
+    out = tmp_path / kind
+    record = distill(teacher_dir, str(out), config=config, user_data=data)
+    assert record["score"] > 90
+    assert record["parameters"] < record["teacher_parameters"]
+    assert json.loads((out / "compressor.json").read_text())["architecture"] == kind
+    model, tok = load_for_task(str(out))
+    assert count_parameters(model) == record["parameters"]
+    ids = tok(["the film was good"], return_tensors="pt")
+    logits = model(ids["input_ids"], ids["attention_mask"], ids.get("token_type_ids")).logits
+    assert logits.shape == (1, 2)
+    again = evaluate(str(out), input=data.dev, text_columns=["review"], label_column="sentiment",
+                     device="cpu")
+    assert again["score"] == pytest.approx(record["score"])
+    result = predict(str(out), data.dev, str(tmp_path / "p.tsv"), text_columns=["review"])
+    assert result["rows"] == 96
+    with pytest.raises(CompressorError, match="no layers to match"):
+        distill(teacher_dir, str(tmp_path / "x"), user_data=data, config=DistillConfig(
+            **QUICK, student={"kind": kind}, losses={"kd": 1, "hidden": 1}))
+
+
+def test_distill_stage_in_a_recipe(trained_teacher, tmp_path):
+    from compressor.recipe import run_recipe
+    from compressor.recipe.schema import RecipeError, recipe_from_text
+
+    teacher_dir, data = trained_teacher
+    text = f"""
+name: distill-test
+task: reviews
+data: {{train_file: {data.train}, dev_file: {data.dev}, text_columns: [review], label_column: sentiment}}
+device: cpu
+teacher: {teacher_dir}
+stages:
+  - distill:
+      student: {{kind: layers, num_layers: 1}}
+      losses: {{kd: 1, temperature: 2}}
+      epochs: 2
+      lr: 2e-3
+      max_length: 16
+  - evaluate: {{split: dev}}
+"""
+    manifest = run_recipe(recipe_from_text(text), str(tmp_path / "run"))
+    stage = manifest["stages"][1]
+    assert stage["stage"] == "distill" and stage["score"] > 90
+    assert stage["parameters"] < manifest["stages"][0]["parameters"]
+    assert manifest["stages"][2]["score"] == pytest.approx(stage["score"])
+    bad = text.replace("num_layers: 1", "num_layers: 1, colour: red")
+    with pytest.raises(RecipeError, match=r"<recipe>:\d+: .*student has no setting 'colour'"):
+        recipe_from_text(bad)
+    with pytest.raises(RecipeError, match="losses.temperature"):
+        recipe_from_text(text.replace("temperature: 2", "temperature: 0"))
+
+
+def test_distill_command(trained_teacher, tmp_path):
+    from compressor.cli import cli
+
+    teacher_dir, data = trained_teacher
+    runner = CliRunner()
+    out = tmp_path / "cli"
+    base = ["distill", "--teacher", teacher_dir, "--out", str(out), "--device", "cpu"]
+    result = runner.invoke(cli, base + ["--student", "kind=lstm"])
+    assert result.exit_code == 1 and "kind 'lstm' is unknown" in result.output
+    result = runner.invoke(cli, base + ["--loss", "kd"])
+    assert result.exit_code == 1 and "KEY=VALUE" in result.output
+    result = runner.invoke(cli, ["distill", "--teacher", str(tmp_path / "none"), "--out", str(out)])
+    assert result.exit_code == 1 and "checkpoint not found" in result.output
+    assert not out.exists()
