@@ -1,0 +1,254 @@
+"""Quantisation: every path on a tiny random classifier stays close to its FP32 outputs."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from click.testing import CliRunner
+
+from compressor.data import get_task, load_split
+from compressor.errors import CompressorError
+from compressor.models import checkpoint_meta, save_checkpoint
+from compressor.quantize import QuantizeConfig, load_quantized, quantize, resolve_preset
+from compressor.quantize.onnx_int8 import onnx_logits, session
+from compressor.scoring import predict_logits
+
+from conftest import tiny_config
+
+
+@pytest.fixture(scope="module")
+def data(glue_dir):
+    return {"train": load_split("sst2", "train", glue_dir, limit=64),
+            "dev": load_split("sst2", "dev", glue_dir, limit=32)}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, minilm_dir):
+    """A tiny random BERT SST-2 classifier checkpoint and its ONNX export."""
+    from export import export_onnx
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    torch.manual_seed(0)
+    config = tiny_config("bert")
+    config.vocab_size = tokenizer.vocab_size
+    config.num_labels = 2
+    model = transformers.BertForSequenceClassification(config).eval()
+    with torch.no_grad():  # logits large enough that rounding errors are measured, not lost
+        model.classifier.weight.mul_(20)
+    root = tmp_path_factory.mktemp("quant")
+    ckpt = str(root / "ckpt")
+    save_checkpoint(model, tokenizer, ckpt, checkpoint_meta(get_task("sst2"), 64, "test"))
+    onnx_dir = str(root / "onnx")
+    export_onnx(ckpt, onnx_dir, parity=False)
+    return {"ckpt": ckpt, "onnx": onnx_dir, "model": model, "tokenizer": tokenizer, "root": root}
+
+
+def fp32_logits(tiny, data):
+    return predict_logits(tiny["model"], tiny["tokenizer"], data["dev"].examples, 64, batch_size=1)
+
+
+def assert_close(logits, reference, tolerance=0.1):
+    """Within ``tolerance`` of the reference's largest logit, and mostly the same predictions."""
+    scale = np.abs(reference).max()
+    assert np.abs(logits - reference).max() <= tolerance * scale, np.abs(logits - reference).max() / scale
+    assert (logits.argmax(-1) == reference.argmax(-1)).mean() >= 0.9
+
+
+def onnx_out(folder, tiny, data):
+    return onnx_logits(os.path.join(folder, "model.onnx"), tiny["tokenizer"], data["dev"].examples, 64)
+
+
+def test_presets_follow_the_hardware_and_can_be_overridden():
+    assert resolve_preset("avx2").reduce_range and not resolve_preset("avx512_vnni").reduce_range
+    assert resolve_preset("arm64").symmetric_activations
+    assert resolve_preset("avx2", per_channel=False).per_channel is False
+    with pytest.raises(CompressorError, match="unknown hardware preset 'avx3'"):
+        resolve_preset("avx3")
+    with pytest.raises(CompressorError, match="not available with backend torchao"):
+        QuantizeConfig(backend="torchao", method="static").check()
+
+
+@pytest.mark.parametrize("preset", ["avx2", "avx512_vnni", "arm64"])
+def test_onnx_dynamic_int8_is_smaller_and_close(tiny, data, tmp_path, preset):
+    out = str(tmp_path / "q")
+    record = quantize(tiny["onnx"], out, QuantizeConfig(method="dynamic", preset=preset), dev_set=data["dev"])
+    ops = {n.op_type for n in __import__("onnx").load(os.path.join(out, "model.onnx")).graph.node}
+    assert ops & {"MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "MatMulIntegerToFloat"}
+    assert os.path.getsize(os.path.join(out, "model.onnx")) < 0.6 * os.path.getsize(
+        os.path.join(tiny["onnx"], "model.onnx"))
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    assert manifest["quantization"]["preset"]["name"] == preset and manifest["precision"] == "int8-dynamic"
+    assert os.path.isfile(os.path.join(out, "tokenizer.json")) and record["score"] is not None
+    assert_close(onnx_out(out, tiny, data), fp32_logits(tiny, data))
+
+
+@pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
+def test_onnx_static_int8_calibrates_on_training_rows(tiny, data, tmp_path, method):
+    out = str(tmp_path / "q")
+    record = quantize(tiny["ckpt"], out, QuantizeConfig(method="static", calibration=method,
+                                                        calibration_samples=16, preset="avx512_vnni"),
+                      train_set=data["train"], dev_set=data["dev"])
+    ops = [n.op_type for n in __import__("onnx").load(os.path.join(out, "model.onnx")).graph.node]
+    assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
+    assert record["config"]["calibration"] == method
+    assert_close(onnx_out(out, tiny, data), fp32_logits(tiny, data), tolerance=0.2)
+
+
+def test_onnx_fp16(tiny, data, tmp_path):
+    out = str(tmp_path / "q")
+    quantize(tiny["onnx"], out, QuantizeConfig(method="fp16"), dev_set=data["dev"])
+    assert_close(onnx_out(out, tiny, data), fp32_logits(tiny, data), tolerance=0.01)
+
+
+def test_torchao_dynamic_int8_reloads(tiny, data, tmp_path):
+    out = str(tmp_path / "q")
+    quantize(tiny["ckpt"], out, QuantizeConfig(backend="torchao", method="dynamic"), dev_set=data["dev"])
+    net, tok = load_quantized(out)
+    logits = predict_logits(net, tok, data["dev"].examples, 64, batch_size=1)
+    assert_close(logits, fp32_logits(tiny, data))
+    assert type(net.bert.encoder.layer[0].intermediate.dense.weight).__name__ != "Parameter"
+
+
+def test_bf16_for_gpus(tiny, data, tmp_path):
+    out = str(tmp_path / "q")
+    quantize(tiny["ckpt"], out, QuantizeConfig(backend="torchao", method="bf16"), dev_set=data["dev"])
+    net, tok = load_quantized(out)
+    assert net.dtype == torch.bfloat16
+    assert_close(predict_logits(net, tok, data["dev"].examples, 64, batch_size=1), fp32_logits(tiny, data))
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5])
+def test_inc_static_with_and_without_smoothquant(tiny, data, tmp_path, alpha):
+    out = str(tmp_path / "q")
+    record = quantize(tiny["ckpt"], out, QuantizeConfig(backend="inc", method="static", calibration_samples=8,
+                                                        smoothquant_alpha=alpha),
+                      train_set=data["train"], dev_set=data["dev"])
+    assert record["quantization"]["smoothed_linears"] == (0 if alpha == 0 else 14)
+    net, tok = load_quantized(out)
+    assert_close(predict_logits(net, tok, data["dev"].examples, 64, batch_size=1), fp32_logits(tiny, data))
+
+
+def test_inc_without_calibration_is_refused_never_zeros(tiny, data, tmp_path):
+    # INC's own trap, shown: its dynamic path converted without a calibration run returns zeros ...
+    from neural_compressor.torch.export import export
+    from neural_compressor.torch.quantization import DynamicQuantConfig, convert, prepare
+
+    from compressor.quantize.inc import check_not_silenced
+
+    model = tiny["model"]
+    ids = torch.randint(1000, 2000, (2, 9))
+    mask = torch.ones_like(ids)
+    reference = model(input_ids=ids, attention_mask=mask).logits
+    silent = convert(prepare(export(model, example_inputs=(ids, mask)), DynamicQuantConfig()))(ids, mask)
+    silent = silent["logits"] if isinstance(silent, dict) else silent.logits
+    assert torch.count_nonzero(silent) == 0
+    # ... which our guard refuses, and our API never builds an INC model without calibration rows
+    with pytest.raises(CompressorError, match="all-zero"):
+        check_not_silenced(silent, reference)
+    with pytest.raises(CompressorError, match="calibration"):
+        quantize(tiny["ckpt"], str(tmp_path / "q"), QuantizeConfig(backend="inc", method="dynamic",
+                                                                   calibration_samples=0),
+                 train_set=data["train"], dev_set=data["dev"])
+    # calibrated, the dynamic path works
+    quantize(tiny["ckpt"], str(tmp_path / "ok"), QuantizeConfig(backend="inc", method="dynamic",
+                                                                calibration_samples=8),
+             train_set=data["train"], dev_set=data["dev"])
+    net, tok = load_quantized(str(tmp_path / "ok"))
+    assert_close(predict_logits(net, tok, data["dev"].examples, 64, batch_size=1), fp32_logits(tiny, data))
+
+
+def test_fake_quantisation_matches_onnxruntime_and_trains(tiny, data):
+    import copy
+
+    from compressor.quantize.qat import FakeQuantLinear, prepare_qat, strip_qat
+
+    model = copy.deepcopy(tiny["model"])
+    assert prepare_qat(model) == 2 * 6
+    fake = predict_logits(model, tiny["tokenizer"], data["dev"].examples, 64, batch_size=1)
+    assert_close(fake, fp32_logits(tiny, data))
+    ids = torch.randint(1000, 2000, (2, 9))
+    model(input_ids=ids, labels=torch.tensor([0, 1])).loss.backward()
+    layer = model.bert.encoder.layer[0].attention.self.query
+    assert isinstance(layer, FakeQuantLinear) and layer.linear.weight.grad is not None
+    strip_qat(model)
+    assert isinstance(model.bert.encoder.layer[0].attention.self.query, torch.nn.Linear)
+
+
+def test_qat_exports_a_real_int8_model(tiny, data, tmp_path):
+    out = str(tmp_path / "q")
+    record = quantize(tiny["ckpt"], out, QuantizeConfig(method="qat", max_steps=4, eval_every=4, lr=1e-5, batch_size=8,
+                                                        device="cpu", distill_alpha=0.5),
+                      train_set=data["train"], dev_set=data["dev"])
+    assert record["qat"]["steps"] == 4 and record["qat"]["fake_quantized_linears"] == 12
+    ops = {n.op_type for n in __import__("onnx").load(os.path.join(out, "model.onnx")).graph.node}
+    assert ops & {"MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "MatMulIntegerToFloat"}
+    assert_close(onnx_out(out, tiny, data), fp32_logits(tiny, data), tolerance=0.2)
+
+
+def test_sensitivity_mixed_precision_and_accuracy_aware_choice(tiny, data, tmp_path):
+    from compressor.quantize.sensitivity import quantizable_units
+
+    units = quantizable_units(os.path.join(tiny["onnx"], "model.onnx"), "layer")
+    assert list(units) == ["embeddings", "layer.0", "layer.1"]
+    matrices = quantizable_units(os.path.join(tiny["onnx"], "model.onnx"), "matrix")
+    assert "layer.1.attention.qkv" in matrices and len(matrices) == 1 + 2 * 4
+
+    out = str(tmp_path / "mixed")
+    record = quantize(tiny["onnx"], out, QuantizeConfig(method="mixed", max_drop=100.0, granularity="matrix"),
+                      dev_set=data["dev"])
+    search = record["search"]
+    assert search["fp32_units"] == []  # any drop is tolerated: everything INT8
+    assert {u["unit"] for u in search["sensitivity"]["units"]} == set(matrices)
+    assert os.path.isfile(os.path.join(out, "sensitivity.png"))
+    assert "| unit |" in open(os.path.join(out, "sensitivity.md")).read()
+
+    out = str(tmp_path / "auto")
+    record = quantize(tiny["onnx"], out, QuantizeConfig(method="auto", max_drop=0.0, calibration_samples=8),
+                      train_set=data["train"], dev_set=data["dev"])
+    tried = record["search"]["tried"]
+    assert [t["name"].split(" ")[0] for t in tried] == ["static-int8", "dynamic-int8", "mixed", "fp32"]
+    chosen = next(t for t in tried if t["name"] == record["search"]["chosen"])
+    assert chosen["meets"] and chosen["latency_ms"] == min(t["latency_ms"] for t in tried if t["meets"])
+
+
+def test_recipe_stages_and_order(tiny, data, tmp_path, glue_dir):
+    from compressor.recipe import run_recipe
+    from compressor.recipe.schema import RecipeError, recipe_from_text
+
+    text = f"""
+name: quant-test
+task: sst2
+data: {{dir: {glue_dir}, train_limit: 64, dev_limit: 32}}
+teacher: {tiny["ckpt"]}
+stages:
+  - quantize: {{method: dynamic, preset: avx512_vnni}}
+"""
+    recipe = recipe_from_text(text)
+    manifest = run_recipe(recipe, str(tmp_path / "run"))
+    stage = manifest["stages"][-1]
+    assert stage["kind"] == "onnx" and stage["score"] is not None
+    assert os.path.isfile(os.path.join(tmp_path / "run", stage["model_dir"], "model.onnx"))
+
+    with pytest.raises(RecipeError) as err:
+        recipe_from_text(text.replace("quantize: {method: dynamic, preset: avx512_vnni}",
+                                      "quantize_torch: {backend: torchao}\n  - quantize: {method: fppp}"))
+    problems = "\n".join(err.value.problems)
+    assert "method 'fppp' is not available" in problems
+    assert "cannot follow stage 'quantize_torch'" in problems
+
+
+def test_cli_quantize_and_bad_input(tiny, tmp_path, glue_dir):
+    from compressor.cli import cli, main
+
+    out = str(tmp_path / "cli")
+    result = CliRunner().invoke(cli, ["quantize", tiny["onnx"], "--out", out, "--preset", "avx512_vnni",
+                                      "--data-dir", glue_dir, "--dev-limit", "16"])
+    assert result.exit_code == 0, result.output
+    assert "sst2 dev: accuracy" in result.output and os.path.isfile(os.path.join(out, "model.onnx"))
+    with pytest.raises(SystemExit) as exit_:
+        main(["quantize", tiny["onnx"], "--out", str(tmp_path / "x"), "--preset", "avx3"])
+    assert exit_.value.code == 1
+    with pytest.raises(SystemExit):
+        main(["quantize", str(tmp_path / "missing"), "--out", str(tmp_path / "y")])
