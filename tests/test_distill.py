@@ -328,17 +328,32 @@ stages:
         recipe_from_text(text.replace("temperature: 2", "temperature: 0"))
 
 
-def test_distill_command(trained_teacher, tmp_path):
-    from compressor.cli import cli
+def test_distill_command(trained_teacher, tmp_path, capsys):
+    from compressor.cli import main
+
+    def run(*args):
+        with pytest.raises(SystemExit) as exit_info:
+            main(list(args))
+        out, err = capsys.readouterr()
+        return exit_info.value.code, out, err
 
     teacher_dir, data = trained_teacher
-    runner = CliRunner()
     out = tmp_path / "cli"
-    base = ["distill", "--teacher", teacher_dir, "--out", str(out), "--device", "cpu"]
-    result = runner.invoke(cli, base + ["--student", "kind=lstm"])
-    assert result.exit_code == 1 and "kind 'lstm' is unknown" in result.output
-    result = runner.invoke(cli, base + ["--loss", "kd"])
-    assert result.exit_code == 1 and "KEY=VALUE" in result.output
-    result = runner.invoke(cli, ["distill", "--teacher", str(tmp_path / "none"), "--out", str(out)])
-    assert result.exit_code == 1 and "checkpoint not found" in result.output
+    base = ["distill", "--teacher", teacher_dir, "--out", str(out), "--device", "cpu",
+            "--train-file", data.train, "--dev-file", data.dev, "--text-column", "review",
+            "--label-column", "sentiment"]
+    code, _, err = run(*base, "--student", "kind=lstm")
+    assert code == 1 and err.strip() == ("error: student kind 'lstm' is unknown; use layers, config, "
+                                         "pretrained, input, bilstm, cnn")
+    code, _, err = run(*base, "--loss", "kd")
+    assert code == 1 and "KEY=VALUE" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run("distill", "--teacher", str(tmp_path / "none"), "--out", str(out))
+    assert code == 1 and "checkpoint not found" in err
     assert not out.exists()
+    main(base + ["--student", "kind=layers", "--student", "layers=[2]", "--loss", "kd=1",
+                 "--loss", "temperature=2", "--epochs", "3", "--lr", "3e-3", "--max-length", "16",
+                 "--batch-size", "16"])
+    printed = capsys.readouterr().out
+    assert "retention" in printed and str(out) in printed
+    record = json.loads((out / "metrics.json").read_text())
+    assert record["student"] == {"kind": "layers", "teacher_layers": [2]} and record["score"] > 90

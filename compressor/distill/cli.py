@@ -24,13 +24,18 @@ def _settings(pairs, what):
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
-    from ..cli import _print_metrics, _train_options, data_dir_option
+    from ..cli import _print_metrics, _train_options, _user_data, data_dir_option, text_column_option
 
     @cli.command()
     @click.option("--teacher", required=True, help="The teacher: a task checkpoint folder.")
     @click.option("--out", required=True, type=click.Path(file_okay=False), help="Student folder to write.")
     @click.option("--task", default=None, help="Defaults to the teacher's task.")
     @data_dir_option
+    @click.option("--train-file", default=None, type=click.Path(dir_okay=False),
+                  help="Your own labelled TSV/CSV/JSONL training file (for a teacher trained on one).")
+    @click.option("--dev-file", default=None, type=click.Path(dir_okay=False))
+    @text_column_option
+    @click.option("--label-column", default="label", show_default=True)
     @click.option("--student", "student", multiple=True, metavar="KEY=VALUE",
                   help="Student setting, repeatable: kind=layers|config|pretrained|bilstm|cnn, "
                        "num_layers=3, pick=every|first|last, layers=[2,4,6], hidden_size=312, "
@@ -47,7 +52,8 @@ def register(cli):
     @click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
     @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
     @_train_options
-    def distill(teacher, out, task, data_dir, student, loss, intermediate_epochs, intermediate_lr,
+    def distill(teacher, out, task, data_dir, train_file, dev_file, text_columns, label_column,
+                student, loss, intermediate_epochs, intermediate_lr,
                 no_cache, train_limit, dev_limit, overwrite, **kwargs):
         """Distil a task checkpoint into a smaller student; writes the student and metrics.json."""
         from .distiller import DistillConfig, distill as run
@@ -57,7 +63,8 @@ def register(cli):
                                intermediate_epochs=intermediate_epochs,
                                intermediate_lr=intermediate_lr, cache_teacher_logits=not no_cache)
         record = run(teacher, out, task=task, config=config, data_dir=data_dir,
-                     train_limit=train_limit, dev_limit=dev_limit, overwrite=overwrite)
+                     train_limit=train_limit, dev_limit=dev_limit, overwrite=overwrite,
+                     user_data=_user_data(train_file, dev_file, text_columns, label_column))
         _print_metrics(record)
         click.echo(f"teacher score {record['teacher_score']:.2f}, retention "
                    f"{100 * record['retention']:.1f}%, parameters {record['parameters']:,} "
