@@ -105,7 +105,7 @@ def main(argv=None):
     mpnet_teacher = os.path.join(args.work, "mpnet-sst2")
     for experiment in args.experiments:
         if experiment == "mpnet-teacher":
-            config = TrainConfig(epochs=3, lr=2e-5, batch_size=32, max_length=128, warmup=0.06,
+            config = TrainConfig(epochs=2, lr=2e-5, batch_size=32, max_length=128, warmup=0.06,
                                  weight_decay=0.01, eval_every=500, seed=args.seed,
                                  device=args.device, precision=args.precision)
             finetune(args.mpnet, "sst2", mpnet_teacher, data_dir=args.data_dir, config=config,
