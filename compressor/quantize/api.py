@@ -108,7 +108,7 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
         model = resolve_model(model)
     task_spec, model_meta = _task_for(_meta_folder(model), task)
     max_length = model_meta.get("max_length", 128)
-    needs_train = config.method in ("static", "qat") or config.backend == "inc"
+    needs_train = config.method in ("static", "qat", "auto") or config.backend == "inc"
     if train_set is None and needs_train:
         train_set = load_split(task_spec, "train", data_dir=data_dir)
     if dev_set is None:

@@ -14,6 +14,7 @@ needs our own data reader over the task's training rows.
 """
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
@@ -25,6 +26,15 @@ import numpy as np
 from ..errors import CompressorError
 from ..io import atomic_dir, read_json, write_json
 from .presets import HardwarePreset
+
+class _DropPreprocessAdvice(logging.Filter):
+    """ONNX Runtime's quantiser logs this on every call; we type the graph ourselves (_model_proto)."""
+
+    def filter(self, record):
+        return not str(record.msg).startswith("Please consider to run pre-processing")
+
+
+logging.getLogger().addFilter(_DropPreprocessAdvice())
 
 ONNX_FILE = "model.onnx"
 MANIFEST = "manifest.json"

@@ -75,11 +75,13 @@ def measure_sensitivity(onnx_path: str, tokenizer, dev_set, preset, work_dir: st
     units = quantizable_units(onnx_path, granularity)
     baseline = _score(onnx_path, tokenizer, dev_set, max_length, threads)
     rows = []
-    for name, nodes in progress(units.items(), total=len(units), desc="sensitivity", unit="unit"):
+    for position, (name, nodes) in enumerate(progress(units.items(), total=len(units), desc="sensitivity",
+                                                      unit="unit")):
         path = os.path.join(work_dir, "one.onnx")
         quantize_dynamic_onnx(onnx_path, path, preset, nodes_to_quantize=nodes, op_types=op_types)
         value = _score(path, tokenizer, dev_set, max_length, threads)
-        rows.append({"unit": name, "nodes": nodes, "score": value, "drop": baseline - value})
+        rows.append({"unit": name, "nodes": nodes, "score": value, "drop": baseline - value,
+                     "position": position})
     path = os.path.join(work_dir, "all.onnx")
     quantize_dynamic_onnx(onnx_path, path, preset, op_types=op_types)
     everything = _score(path, tokenizer, dev_set, max_length, threads)
@@ -111,14 +113,14 @@ def plot(report: dict, path: str, metric: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    units = sorted(report["units"], key=lambda r: r["unit"])
+    units = sorted(report["units"], key=lambda r: r.get("position", 0))  # graph order
     fig, ax = plt.subplots(figsize=(max(6, 0.3 * len(units) + 2), 4))
     ax.bar(range(len(units)), [r["drop"] for r in units], color="#4472c4")
     ax.set_xticks(range(len(units)))
     ax.set_xticklabels([r["unit"] for r in units], rotation=75, ha="right", fontsize=7)
     ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_ylabel(f"{metric} drop (points) when only this unit is INT8")
-    ax.set_title(f"Quantisation sensitivity (FP32 {report['fp32_score']:.2f}, "
+    ax.set_ylabel(f"{metric} drop (points)")
+    ax.set_title(f"Drop when only this unit is INT8 (FP32 {report['fp32_score']:.2f}, "
                  f"all INT8 {report['all_int8_score']:.2f})")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
