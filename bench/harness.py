@@ -259,8 +259,7 @@ def interleaved_latency(runners: Sequence[Runner], texts: Sequence, warmup: int)
     """Batch-1 latency of every runner on every text, the runners' order rotating per text."""
     feeds = {r.spec.name: [r.encode([t]) for t in texts] for r in runners}
     for r in runners:
-        # a compiled variant sees every shape once first (CUDA graphs record per shape)
-        count = len(texts) if r.spec.engine == "pytorch-compile" else warmup
+        count = len(texts) if _warm_every_shape(r) else warmup
         for feed in feeds[r.spec.name][:count]:
             r.run(feed)
         r.sync()
@@ -277,6 +276,12 @@ def interleaved_latency(runners: Sequence[Runner], texts: Sequence, warmup: int)
     return times
 
 
+def _warm_every_shape(r: Runner) -> bool:
+    """Whether a variant pays once per input shape (CUDA graphs, kernel selection on the GPU,
+    recompiles): those run every timed input once before timing, so steady state is measured."""
+    return r.spec.engine == "pytorch-compile" or r.spec.device.startswith("cuda")
+
+
 def interleaved_throughput(runners: Sequence[Runner], texts: Sequence, batch_size: int,
                            batches: int) -> Dict[str, float]:
     """Sentences per second over ``batches`` consecutive real batches, padded to their longest."""
@@ -284,7 +289,8 @@ def interleaved_throughput(runners: Sequence[Runner], texts: Sequence, batch_siz
     groups = [g for g in groups if len(g) == batch_size][:batches] or [list(texts[:batch_size])]
     feeds = {r.spec.name: [r.encode(g) for g in groups] for r in runners}
     for r in runners:
-        r.run(feeds[r.spec.name][0])
+        for feed in feeds[r.spec.name] if _warm_every_shape(r) else feeds[r.spec.name][:1]:
+            r.run(feed)
         r.sync()
     spent = {r.spec.name: 0.0 for r in runners}
     n = len(runners)
@@ -299,8 +305,9 @@ def interleaved_throughput(runners: Sequence[Runner], texts: Sequence, batch_siz
     return {name: round(done / s, 2) for name, s in spent.items()}
 
 
-def peak_memory_mb(spec: Spec, texts: Sequence, threads: int) -> Optional[float]:
-    """Peak resident memory of a fresh process that builds ``spec`` and runs a few sentences."""
+def peak_memory(spec: Spec, texts: Sequence, threads: int) -> dict:
+    """Peak resident memory (and, on CUDA, peak allocated GPU memory) of a fresh process that
+    builds ``spec`` and runs a few sentences: ``{"peak_rss_mb", "cuda_peak_mb"}`` or {}."""
     import json
     import subprocess
     import sys
@@ -309,9 +316,9 @@ def peak_memory_mb(spec: Spec, texts: Sequence, threads: int) -> Optional[float]
     try:
         out = subprocess.run([sys.executable, "-m", "bench.memprobe"], input=payload, text=True,
                              capture_output=True, timeout=600, check=True)
-        return json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"]
-    except (subprocess.SubprocessError, ValueError, KeyError, IndexError):
-        return None
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return {}
 
 
 def fingerprint(device: str = "cpu") -> dict:
@@ -394,6 +401,8 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
     if len(set(names)) != len(names):
         raise CompressorError(f"variant names must differ: {', '.join(names)}")
     texts = sample_texts(dev.examples, config.sentences, config.seed)
+    # throughput batches come from the whole split (shuffled), so large batches have enough rows
+    batch_texts = sample_texts(dev.examples, len(dev.examples), config.seed)
     scores: Dict[str, dict] = {}
     results: Dict[tuple, dict] = {}
     for threads in config.threads:
@@ -416,7 +425,7 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
                                                    "sentences": len(times[r.spec.name])}
         for bs in config.batch_sizes:
             log(f"batch {bs}: throughput, interleaved")
-            rates = interleaved_throughput(runners, texts, bs, config.throughput_batches)
+            rates = interleaved_throughput(runners, batch_texts, bs, config.throughput_batches)
             for name, rate in rates.items():
                 results[(name, threads, bs)] = {"throughput": rate}
         del runners
@@ -424,7 +433,7 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
     if config.memory:
         for s in specs:
             log(f"peak memory of {s.name} (own process)")
-            memory[s.name] = peak_memory_mb(s, texts, config.threads[0])
+            memory[s.name] = peak_memory(s, texts, config.threads[0])
     rows = []
     for s in specs:
         sc = scores.get(s.name, {})
@@ -433,8 +442,7 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
                 continue
             extra = {"group": s.group, "precision": s.precision, "source": s.source, "path": s.path,
                      "metrics": sc.get("metrics"), **s.extra}
-            if memory.get(s.name) is not None:
-                extra["peak_rss_mb"] = memory[s.name]
+            extra.update(memory.get(s.name) or {})
             rows.append(row(s.name, task.name, "+".join(task.metrics), sc.get("score"), teacher_value,
                             parameters=s.parameters, size_bytes=s.size_bytes, engine=s.engine,
                             device=s.device, threads=threads, batch_size=bs, **measured, extra=extra))

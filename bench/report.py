@@ -14,6 +14,7 @@ import glob
 import html
 import io
 import os
+import re
 from typing import Dict, List, Optional, Sequence
 
 from compressor.errors import CompressorError
@@ -176,6 +177,14 @@ def pareto(points: Sequence[dict]) -> set:
     return names
 
 
+def _label(v: dict) -> str:
+    """A peer's readable name (with its quantisation preset), else the variant's own name."""
+    label = PEER_LABELS.get(v["name"], v["name"])
+    source = (v.get("extra") or {}).get("source") or ""
+    preset = re.search(r"\((avx2|avx512_vnni|avx512|arm64)\)", source)
+    return f"{label} ({preset.group(1)})" if preset and _group(v) == "peer" else label
+
+
 def _group(v: dict) -> str:
     return (v.get("extra") or {}).get("group", "ours")
 
@@ -225,7 +234,7 @@ def markdown(rows: Sequence[dict], title: str = "Compression report", threads: O
             base = next((v for v in peers if v["name"] == "pytorch-fp32"), peers[0])
             lines += ["", "**Peers** (p50, batch 1, real dev lengths, "
                       f"{t} thread{'s' if t != 1 else ''}; ratio to {PEER_LABELS.get(base['name'], base['name'])}): "
-                      + ", ".join(f"{PEER_LABELS.get(v['name'], v['name'])} {v['p50']:.1f} ms "
+                      + ", ".join(f"{_label(v)} {v['p50']:.1f} ms "
                                   f"({base['p50'] / v['p50']:.2f}x)" for v in sorted(peers, key=lambda v: -v["p50"]))]
         lines += ["", "Latency: per sentence at its real length, no padding, variants interleaved in one "
                   "process; speed-ups compare p50. Pareto: no other variant is both faster and better scoring.", ""]
@@ -261,18 +270,15 @@ def plot_png(rows: Sequence[dict], threads: Optional[int] = None) -> Optional[by
         # a staircase: below the frontier's score nothing is faster
         ax.step(xs, ys, where="post", color="#2ca02c", lw=1.5, ls="--", zorder=2, label="Pareto frontier")
         ax.scatter(xs, ys, s=170, facecolors="none", edgecolors="#2ca02c", linewidths=1.6, zorder=4)
-    for p in points:
-        ax.annotate(PEER_LABELS.get(p["name"], p["name"]), (p["p50"], p["value"]), textcoords="offset points",
-                    xytext=(6, 5), fontsize=8)
     ax.set_xscale("log")
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ax.xaxis.set_minor_locator(LogLocator(base=10, subs=(1.5, 3.0, 4.0, 7.0)))
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: ""))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     lo, hi = min(p["p50"] for p in points), max(p["p50"] for p in points)
     ax.set_xlim(lo / 1.25, hi * 1.35)
+    _label_points(ax, points)
     ax.set_xlabel(f"p50 latency per sentence, batch 1, {view['threads']} thread(s) (ms, log scale)")
     task = points[0].get("task", "")
     ax.set_ylabel(f"{task} dev score (x100)")
@@ -284,6 +290,21 @@ def plot_png(rows: Sequence[dict], threads: Optional[int] = None) -> Optional[by
     fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()
+
+
+def _label_points(ax, points) -> None:
+    """Name every point; labels that would overprint one another are stacked upwards."""
+    ax.figure.canvas.draw()
+    placed = []  # display-space boxes of labels already placed
+    for p in sorted(points, key=lambda p: (p["p50"], p["value"])):
+        x, y = ax.transData.transform((p["p50"], p["value"]))
+        dy = 5
+        while any(abs(x - px) < 90 and abs(y + dy - py) < 11 for px, py in placed):
+            dy += 11
+        placed.append((x, y + dy))
+        ax.annotate(_label(p), (p["p50"], p["value"]), textcoords="offset points",
+                    xytext=(6, dy), fontsize=8,
+                    arrowprops=dict(arrowstyle="-", color="#999", lw=0.6) if dy > 5 else None)
 
 
 def html_page(rows: Sequence[dict], title: str, threads: Optional[int] = None) -> str:
@@ -396,8 +417,8 @@ def _fingerprint_text(fp: dict) -> str:
     v = fp.get("versions", {})
     keep = ("torch", "transformers", "onnxruntime", "onnx", "optimum", "optimum-onnx", "neural_compressor",
             "tokenizers", "numpy")
-    parts = [f"CPU: {fp.get('processor')} ({fp.get('cores')} cores; preset {fp.get('cpu_preset')}; "
-             f"flags {' '.join(fp.get('cpu_flags', []))})"]
+    parts = [f"CPU: {fp.get('processor')} ({fp.get('cores')} cores; flags {' '.join(fp.get('cpu_flags', []))}; "
+             f"the quantisation preset `auto` picks {fp.get('cpu_preset')} here)"]
     if fp.get("gpu"):
         parts.append(f"GPU: {fp['gpu']} (CUDA {fp.get('cuda')})")
     parts.append(f"Python {fp.get('python')}, {fp.get('platform')}")
