@@ -208,6 +208,7 @@ def markdown(rows: Sequence[dict], title: str = "Compression report", threads: O
                          f"{_pct(r.get('retention'))} | {_num(e.get('wall_time_s'), 0)} |")
         lines += ["", "Scores are the task's GLUE metric(s) on the dev split, x100 (a task with two "
                   "metrics scores their mean). Each stage's full record is `NN-<stage>/record.json`.", ""]
+    lines += _glue_table(rows)
     if view["lines"]:
         t = view["threads"]
         lines += [f"## Speed and score (batch 1, {t} thread{'s' if t != 1 else ''})", ""]
@@ -244,6 +245,28 @@ def markdown(rows: Sequence[dict], title: str = "Compression report", threads: O
         if view["fingerprint"]:
             lines += ["## Machine", "", _fingerprint_text(view["fingerprint"]), ""]
     return "\n".join(lines)
+
+
+def _glue_table(rows: Sequence[dict]) -> List[str]:
+    """Score per task and the GLUE score (mean over tasks) of variants measured on several tasks."""
+    tasks = sorted({r.get("task") for r in rows if r.get("task") and r.get("value") is not None})
+    if len(tasks) < 2:
+        return []
+    scores: Dict[str, Dict[str, float]] = {}
+    for r in rows:
+        if r.get("value") is not None:
+            scores.setdefault(r["name"], {}).setdefault(r["task"], r["value"])
+    out = ["## Score per task", "", "| variant | " + " | ".join(tasks) + " | GLUE score (tasks given) |",
+           "|---|" + "---:|" * (len(tasks) + 1)]
+    for name, per_task in scores.items():
+        merged: Dict[str, List[float]] = {}
+        for task, value in per_task.items():  # MNLI matched and mismatched count as one task
+            merged.setdefault("mnli" if task in ("mnli", "mnli_mm") else task, []).append(value)
+        glue = sum(sum(v) / len(v) for v in merged.values()) / len(merged)
+        cells = [_num(per_task.get(t)) for t in tasks]
+        out.append(f"| {name} | " + " | ".join(cells) + f" | {glue:.2f} ({len(merged)}) |")
+    return out + ["", "The GLUE score averages the tasks a variant was scored on (MNLI matched and "
+                  "mismatched count as one), so it compares only variants scored on the same tasks.", ""]
 
 
 def plot_png(rows: Sequence[dict], threads: Optional[int] = None) -> Optional[bytes]:

@@ -102,3 +102,13 @@ def test_run_folder_without_bench_and_bad_paths(tmp_path, tiny_models):
     (tmp_path / "other.json").write_text("{}")
     with pytest.raises(CompressorError, match="not a results file"):
         collect([str(tmp_path / "other.json")])
+
+
+def test_variants_scored_on_several_tasks_get_a_glue_column(tmp_path):
+    from bench.report import markdown
+
+    rows = [row("student", "sst2", "accuracy", 88.0, 90.0), row("student", "mrpc", "f1+accuracy", 80.0, 84.0),
+            row("teacher", "sst2", "accuracy", 90.0, 90.0), row("teacher", "mrpc", "f1+accuracy", 84.0, 84.0)]
+    md = markdown(rows)
+    assert "| variant | mrpc | sst2 | GLUE score (tasks given) |" in md
+    assert "| student | 80.00 | 88.00 | 84.00 (2) |" in md and "| teacher | 84.00 | 90.00 | 87.00 (2) |" in md

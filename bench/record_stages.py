@@ -1,0 +1,23 @@
+"""Write a recipe run's stages (scores, sizes, wall times) and bench rows as one results file.
+
+    python -m bench.record_stages RUN_DIR OUT.json
+"""
+import sys
+
+from bench.report import collect
+from compressor.io import read_json
+from compressor.results import command_line, write_results
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    run, out = argv
+    manifest = read_json(f"{run}/manifest.json")
+    rows = collect([run])
+    write_results(out, rows, command=f"compressor run {manifest['source']} --out {run}",
+                  stage_wall_time_s={s["dir"]: s.get("wall_time_s") for s in manifest["stages"]})
+    print(command_line())
+
+
+if __name__ == "__main__":
+    main()
