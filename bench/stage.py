@@ -35,8 +35,10 @@ def bench_stage(ctx, config: BenchStageConfig) -> dict:
 
     run_dir = os.path.dirname(os.path.abspath(ctx.out_dir))
     manifest = read_json(os.path.join(run_dir, "manifest.json"))
-    specs, seen = [], set()
+    specs, seen, parameters = [], set(), None
     for s in manifest["stages"]:
+        # a quantised graph has as many parameters as the model it came from
+        parameters = s.get("parameters") or parameters
         model_dir = s.get("model_dir")
         if not model_dir:
             continue
@@ -47,7 +49,7 @@ def bench_stage(ctx, config: BenchStageConfig) -> dict:
         group = "teacher" if s.get("stage") == "teacher" else "ours"
         try:
             specs += specs_for(path, s["dir"], config.engines, ("fp32",), "cpu", group=group,
-                               source=s.get("stage"), parameters=s.get("parameters"))
+                               source=s.get("stage"), parameters=parameters)
         except CompressorError as exc:
             raise CompressorError(f"bench: cannot run the model of {s['dir']} ({exc})") from None
     bench_config = BenchConfig(sentences=config.sentences, warmup=config.warmup, threads=config.threads,
