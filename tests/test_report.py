@@ -112,3 +112,17 @@ def test_variants_scored_on_several_tasks_get_a_glue_column(tmp_path):
     md = markdown(rows)
     assert "| variant | mrpc | sst2 | GLUE score (tasks given) |" in md
     assert "| student | 80.00 | 88.00 | 84.00 (2) |" in md and "| teacher | 84.00 | 90.00 | 87.00 (2) |" in md
+
+
+def test_reads_the_fine_tuning_records_of_the_foundation(tmp_path):
+    from bench.report import collect, markdown
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = [os.path.join(here, "..", "bench", "results", f"finetune-minilm-l6-{t}-seed42.json")
+             for t in ("sst2", "mrpc")]
+    rows = collect(files)
+    assert [(r["name"], r["task"]) for r in rows] == [("minilm-l6-seed42", "sst2"), ("minilm-l6-seed42", "mrpc")]
+    assert rows[1]["metric"] == "f1+accuracy" and rows[0]["command"].startswith("PYTHONPATH")
+    md = markdown(rows)
+    glue = (rows[0]["value"] + rows[1]["value"]) / 2
+    assert f"| minilm-l6-seed42 | {rows[1]['value']:.2f} | {rows[0]['value']:.2f} | {glue:.2f} (2) |" in md
