@@ -12,7 +12,7 @@ from compressor.data import get_task, load_split
 from compressor.errors import CompressorError
 from compressor.models import checkpoint_meta, save_checkpoint
 from compressor.quantize import QuantizeConfig, load_quantized, quantize, resolve_preset
-from compressor.quantize.onnx_int8 import onnx_logits, session
+from compressor.quantize.onnx_int8 import onnx_logits
 from compressor.scoring import predict_logits
 
 from conftest import tiny_config

@@ -106,7 +106,7 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
         from ..models import resolve_model
 
         model = resolve_model(model)
-    task_spec, model_meta = _task_for(_meta_folder(model), task)
+    task_spec, model_meta = _task_for(model, task)
     max_length = model_meta.get("max_length", 128)
     needs_train = config.method in ("static", "qat", "auto") or config.backend == "inc"
     if train_set is None and needs_train:
@@ -122,7 +122,7 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
     start = time.perf_counter()
     record = {"method": config.method, "backend": config.backend, "preset": preset.to_dict(),
               "source": os.path.abspath(model), "task": task_spec.name, "config": asdict(config)}
-    meta = meta or {**read_meta(_meta_folder(model)), "made_by": f"quantize:{config.backend}:{config.method}"}
+    meta = meta or {**read_meta(model), "made_by": f"quantize:{config.backend}:{config.method}"}
     if config.backend == "onnxruntime":
         record.update(_onnx(model, out, config, preset, task_spec, train_set, dev_set, max_length))
     else:
@@ -137,10 +137,6 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
     record["versions"] = versions()
     write_json(os.path.join(out, RECORD_FILE), record)
     return record
-
-
-def _meta_folder(model: str) -> str:
-    return model
 
 
 def _score_output(out: str, config: QuantizeConfig, dev_set, max_length: int) -> dict:
@@ -178,6 +174,7 @@ def _onnx(model, out, config, preset, task_spec, train_set, dev_set, max_length)
             model = trained
         src_folder = ox.ensure_export(model, os.path.join(work, "export"))
         src = ox.onnx_file(src_folder)
+        parameters = ox.count_weights(src)
         done = ox.quantization_of(src_folder)
         if done:
             raise CompressorError(f"{model} is already quantised ({done.get('method')}); "
@@ -214,6 +211,7 @@ def _onnx(model, out, config, preset, task_spec, train_set, dev_set, max_length)
                 shutil.copy2(path, os.path.join(out, os.path.basename(path)))
             info["sensitivity_files"] = [os.path.basename(p) for p in report_files.values()]
     info["size_bytes"] = os.path.getsize(os.path.join(out, ox.ONNX_FILE))
+    info["parameters"] = parameters
     return info
 
 

@@ -256,24 +256,13 @@ def convert_fp16_onnx(src: str, dst: str) -> None:
     onnx.save(model, dst)
 
 
-def matmul_nodes(path: str) -> List[str]:
-    """Names of the weight matrix products (MatMul/Gemm with a constant input), in graph order."""
+def count_weights(path: str) -> int:
+    """Elements of the graph's floating-point initializers: the model's parameters."""
     import onnx
 
     model = onnx.load(path, load_external_data=False)
-    consts = {i.name for i in model.graph.initializer}
-    for node in model.graph.node:  # Constant nodes hold weights in some exporters
-        if node.op_type == "Constant":
-            consts.update(node.output)
-    nodes = []
-    for node in model.graph.node:
-        if node.op_type in ("MatMul", "Gemm") and any(i in consts for i in node.input):
-            nodes.append(node.name)
-    unnamed = [n for n in nodes if not n]
-    if unnamed:
-        raise CompressorError(f"{path}: {len(unnamed)} matrix products have no node name; "
-                              "ONNX Runtime cannot address them one by one")
-    return nodes
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    return int(sum(np.prod(i.dims) for i in model.graph.initializer if i.data_type in floats))
 
 
 # -- running ------------------------------------------------------------------

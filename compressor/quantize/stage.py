@@ -7,8 +7,7 @@ writes a ``torch-quantized`` folder (torchao or INC), scored in PyTorch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import List, Optional
+from dataclasses import dataclass
 
 from ..errors import CompressorError
 from ..recipe.registry import TRAINABLE, register_stage

@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from typing import Optional
-
 import torch
 
 from ..errors import CompressorError
@@ -125,10 +123,3 @@ def cast_model(model: torch.nn.Module, precision: str) -> torch.nn.Module:
     if precision not in ("fp16", "bf16"):
         raise CompressorError(f"precision must be fp16 or bf16, got {precision!r}")
     return model.to(torch.float16 if precision == "fp16" else torch.bfloat16).eval()
-
-
-def model_device(model) -> Optional[torch.device]:
-    try:
-        return next(model.parameters()).device
-    except StopIteration:
-        return torch.device("cpu")
