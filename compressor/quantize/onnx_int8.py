@@ -31,7 +31,7 @@ class _DropPreprocessAdvice(logging.Filter):
     """ONNX Runtime's quantiser logs this on every call; we type the graph ourselves (_model_proto)."""
 
     def filter(self, record):
-        return not str(record.msg).startswith("Please consider to run pre-processing")
+        return not str(record.msg).startswith("Please consider")
 
 
 logging.getLogger().addFilter(_DropPreprocessAdvice())
