@@ -101,9 +101,19 @@ def _build_torch(spec: Spec) -> Runner:
     from compressor.batches import collate, encode
     from compressor.models import load_for_task
 
-    net, tokenizer = load_for_task(spec.path)
+    quantized = _torch_quantized(spec.path)
+    if quantized:
+        # a folder the quantisation stage wrote with a PyTorch backend (torchao, INC, FP16/BF16),
+        # run in the precision it was saved in
+        from compressor.quantize import load_quantized
+
+        net, tokenizer = load_quantized(spec.path)
+    else:
+        net, tokenizer = load_for_task(spec.path)
     net.eval()
-    if spec.precision == "int8-dynamic":
+    if quantized:
+        pass
+    elif spec.precision == "int8-dynamic":
         if spec.device != "cpu":
             raise CompressorError(f"{spec.name}: PyTorch dynamic INT8 runs on the CPU only")
         net = torch.ao.quantization.quantize_dynamic(net, {torch.nn.Linear}, dtype=torch.qint8)
@@ -201,6 +211,14 @@ def _build_inc(spec: Spec, calibration_rows: int = 64) -> Runner:
             return compiled(*feed)
 
     return Runner(spec, enc, run)
+
+
+def _torch_quantized(path: str) -> bool:
+    try:
+        from compressor.quantize.torch_int8 import is_quantized_folder
+    except ImportError:
+        return False
+    return os.path.isdir(path) and is_quantized_folder(path)
 
 
 def _max_length(path: str) -> int:

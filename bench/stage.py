@@ -23,7 +23,15 @@ class BenchStageConfig:
     memory: bool = True                    # peak resident memory per variant (own process each)
 
 
-@register_stage("bench", BenchStageConfig, accepts=(TRAINABLE, "onnx"), produces=None)
+def _kinds() -> tuple:
+    try:  # PyTorch models the quantisation stage made (torchao, INC, FP16/BF16)
+        from compressor.quantize.torch_int8 import KIND
+    except ImportError:
+        return (TRAINABLE, "onnx")
+    return (TRAINABLE, "onnx", KIND)
+
+
+@register_stage("bench", BenchStageConfig, accepts=_kinds(), produces=None)
 def bench_stage(ctx, config: BenchStageConfig) -> dict:
     """Benchmark the teacher, every stage's model and the peers (interleaved); the report shows them."""
     from compressor.errors import CompressorError

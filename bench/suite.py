@@ -32,8 +32,11 @@ def specs_for(path: str, name: Optional[str] = None, engines: Sequence[str] = ("
         model = os.path.join(path, manifest.get("model_file", "model.onnx"))
         return [Spec(name, path, "onnxruntime", manifest.get("precision", "fp32"), "cpu", group, source,
                      parameters, os.path.getsize(model))]
-    path = resolve_model(path)
-    if parameters is None:
+    from .harness import _torch_quantized
+
+    quantized = os.path.isdir(path) and _torch_quantized(path)
+    path = path if quantized else resolve_model(path)
+    if parameters is None and not quantized:
         parameters = count_parameters(load_for_task(path)[0])
     size = size_on_disk(path)
     specs = []
@@ -42,9 +45,9 @@ def specs_for(path: str, name: Optional[str] = None, engines: Sequence[str] = ("
             continue
         if engine not in ENGINES:
             raise CompressorError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
-        for precision in precisions:
+        for precision in ([_saved_precision(path)] if quantized else precisions):
             suffix = ("-compile" if engine == "pytorch-compile" else "") + \
-                ("" if precision == "fp32" else f"-{precision}")
+                ("" if precision == "fp32" or quantized else f"-{precision}")
             specs.append(Spec(name + suffix, path, engine, precision, device, group, source,
                               parameters, size))
     return specs
@@ -112,6 +115,15 @@ def run_benchmark(models: Sequence[str] = (), teacher: Optional[str] = None,
     if out:
         write_results(out, rows, command=command, fingerprint_info=doc["fingerprint"], config=doc["config"])
     return doc
+
+
+def _saved_precision(path: str) -> str:
+    """How a quantisation stage's PyTorch folder stores its model (its quantization.json)."""
+    from compressor.io import read_json
+
+    info = read_json(os.path.join(path, "quantization.json"))
+    method = str(info.get("method", "int8"))
+    return method if method in ("fp16", "bf16") else f"int8-{method}"
 
 
 def _model_folder(path: str) -> str:

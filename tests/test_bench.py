@@ -188,3 +188,25 @@ def test_inc_peer_quantises_and_still_classifies(teacher, dev):
     fp32 = build(Spec("fp32", teacher)).logits(texts, batch_size=8)
     assert np.abs(logits).max() > 0        # INC's uncalibrated dynamic path returns zeros; this one is calibrated
     assert np.abs(logits - fp32).max() < 0.05 * max(1.0, np.abs(fp32).max())
+
+
+def test_bench_stage_times_a_pytorch_quantised_model(teacher, tmp_path):
+    from compressor.recipe import run_recipe
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"""name: torch-int8
+task: sst2
+data: {{dir: embedded, dev_limit: 24}}
+teacher: {teacher}
+stages:
+  - quantize_torch: {{method: dynamic, preset: avx2}}
+  - bench: {{sentences: 6, batch_sizes: [], peers: [], memory: false}}
+""")
+    out = tmp_path / "run"
+    run_recipe(str(recipe), str(out), log=lambda m: None)
+    rows = read_results(str(out / "02-bench" / "results.json"))["rows"]
+    by = {r["name"]: r for r in rows}
+    assert set(by) == {"00-teacher", "01-quantize_torch"}
+    q = by["01-quantize_torch"]
+    assert q["extra"]["precision"].startswith("int8") and q["latency_ms"]["p50"] > 0
+    assert q["parameters"] == by["00-teacher"]["parameters"] and q["value"] is not None
