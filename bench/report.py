@@ -385,8 +385,9 @@ def _md_tables_to_html(md: str) -> str:
         elif line.startswith("!["):
             continue
         elif line.strip():
-            text = html.escape(line).replace("**", "")
-            out.append(f"<p>{text}</p>")
+            text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(line))
+            text = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
+            out.append(f"<li>{text[2:]}</li>" if line.startswith("- ") else f"<p>{text}</p>")
     return "\n".join(out)
 
 
