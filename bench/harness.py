@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from compressor.errors import CompressorError
+from compressor.quantize.presets import cpu_flags
 
 PT_ENGINES = ("pytorch", "pytorch-compile")
 ENGINES = PT_ENGINES + ("onnxruntime",)
@@ -344,7 +345,7 @@ def fingerprint(device: str = "cpu") -> dict:
     from compressor.results import fingerprint as base
 
     info = base()
-    flags = _cpu_flags()
+    flags = cpu_flags()
     info["cpu_flags"] = sorted(f for f in flags if f.startswith(("avx", "amx", "sse4", "fma", "f16c")))
     info["cpu_preset"] = cpu_preset(flags)
     for pkg in ("onnxruntime", "onnx", "optimum", "optimum-onnx", "neural_compressor", "tokenizers"):
@@ -367,20 +368,9 @@ def fingerprint(device: str = "cpu") -> dict:
     return info
 
 
-def _cpu_flags() -> set:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def cpu_preset(flags: Optional[set] = None) -> str:
     """optimum's quantisation preset for this CPU: avx512_vnni, avx512 or avx2."""
-    flags = _cpu_flags() if flags is None else flags
+    flags = cpu_flags() if flags is None else flags
     if "avx512_vnni" in flags:
         return "avx512_vnni"
     if "avx512f" in flags:

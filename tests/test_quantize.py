@@ -64,6 +64,12 @@ def test_presets_follow_the_hardware_and_can_be_overridden():
     assert resolve_preset("avx2").reduce_range and not resolve_preset("avx512_vnni").reduce_range
     assert resolve_preset("arm64").symmetric_activations
     assert resolve_preset("avx2", per_channel=False).per_channel is False
+    from compressor.quantize.presets import detect_preset
+    assert detect_preset({"avx2", "avx512_vnni"}, "x86_64") == "avx512_vnni"
+    assert detect_preset({"avx2", "avx512_vnni", "amx_int8"}, "x86_64") == "amx"
+    assert detect_preset({"avx2"}, "x86_64") == "avx2"
+    assert detect_preset(set(), "aarch64") == "arm64"
+    assert resolve_preset("auto").name in ("avx2", "avx512_vnni", "amx", "arm64")
     with pytest.raises(CompressorError, match="unknown hardware preset 'avx3'"):
         resolve_preset("avx3")
     with pytest.raises(CompressorError, match="not available with backend torchao"):

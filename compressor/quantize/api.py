@@ -35,7 +35,7 @@ class QuantizeConfig:
 
     method: str = "dynamic"
     backend: str = "onnxruntime"
-    preset: str = "avx2"                 # avx2, avx512_vnni, amx, arm64
+    preset: str = "avx2"                 # avx2, avx512_vnni, amx, arm64, auto (this machine's)
     per_channel: Optional[bool] = None   # None: as the preset says
     symmetric_weights: Optional[bool] = None
     symmetric_activations: Optional[bool] = None
@@ -67,8 +67,8 @@ class QuantizeConfig:
         if self.method not in BACKENDS[self.backend]:
             raise CompressorError(f"method '{self.method}' is not available with backend {self.backend}; "
                                   f"it offers {', '.join(BACKENDS[self.backend])}")
-        if self.preset not in PRESETS:
-            raise CompressorError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        if self.preset not in PRESETS and self.preset != "auto":
+            raise CompressorError(f"preset must be one of {', '.join(PRESETS)} or auto, got {self.preset!r}")
         if self.calibration not in ("minmax", "entropy", "percentile"):
             raise CompressorError(f"calibration must be minmax, entropy or percentile, got {self.calibration!r}")
         if self.granularity not in ("matrix", "layer"):
