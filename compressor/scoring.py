@@ -123,6 +123,21 @@ def predict(model: str, input: str, output: str, task: Optional[str] = None,
     path = resolve_model(model)
     task_spec, meta = _task_for(path, task)
     max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
+    dataset = read_rows_to_label(input, task_spec, text_columns)
+    dev = resolve_device(device)
+    net, tokenizer = load_for_task(path, task_spec)
+    net.to(dev)
+    logits = predict_logits(net, tokenizer, dataset.examples, max_length, batch_size, dev,
+                            desc="predict")
+    preds = predictions_from_logits(logits, task_spec.is_regression)
+    labels = [float(p) if task_spec.is_regression else task_spec.labels[int(p)] for p in preds]
+    write_predictions(output, dataset.examples, labels)
+    return {"input": input, "output": os.path.abspath(output), "rows": len(labels),
+            "task": task_spec.name}
+
+
+def read_rows_to_label(input: str, task_spec, text_columns: Optional[Sequence[str]] = None):
+    """The rows of a file to label: a GLUE file in its task's layout, or a user's file by columns."""
     if not os.path.isfile(input):
         raise CompressorError(f"input file not found: {input}")
     if text_columns or task_spec.name not in TASKS:
@@ -135,18 +150,14 @@ def predict(model: str, input: str, output: str, task: Optional[str] = None,
     if len(dataset.examples[0].texts) != len(task_spec.text_fields):
         raise CompressorError(f"{input}: task {task_spec.name} takes {len(task_spec.text_fields)} "
                               f"text column(s), got {len(dataset.examples[0].texts)}")
-    dev = resolve_device(device)
-    net, tokenizer = load_for_task(path, task_spec)
-    net.to(dev)
-    logits = predict_logits(net, tokenizer, dataset.examples, max_length, batch_size, dev,
-                            desc="predict")
-    preds = predictions_from_logits(logits, task_spec.is_regression)
+    return dataset
+
+
+def write_predictions(output: str, examples: Sequence, labels: Sequence) -> None:
+    """``index<TAB>prediction`` rows, written whole or not at all (scores with 3 decimals)."""
     buf = io.StringIO()
     writer = csv.writer(buf, delimiter="\t", lineterminator="\n")
     writer.writerow(["index", "prediction"])
-    for ex, p in zip(dataset.examples, preds):
-        label = f"{float(p):.3f}" if task_spec.is_regression else task_spec.labels[int(p)]
-        writer.writerow([ex.guid, label])
+    for ex, label in zip(examples, labels):
+        writer.writerow([ex.guid, f"{label:.3f}" if isinstance(label, float) else label])
     write_text(output, buf.getvalue())
-    return {"input": input, "output": os.path.abspath(output), "rows": len(preds),
-            "task": task_spec.name}

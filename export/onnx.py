@@ -304,33 +304,17 @@ def score_onnx(folder: str, dataset, threads: Optional[int] = None) -> dict:
 def predict_file(folder: str, input: str, output: str, text_columns=None, batch_size: int = 64,
                  threads: Optional[int] = None) -> dict:
     """``compressor predict --onnx``: label a GLUE or user file with the torch-free ``Predictor``."""
-    import csv
-    import io
-
-    from compressor.data import TASKS, read_glue_file, read_user_file, task_from_dict
-    from compressor.io import write_text
+    from compressor.data import task_from_dict
+    from compressor.scoring import read_rows_to_label, write_predictions
 
     from .runtime import Predictor
 
     manifest = read_manifest(folder)
     task_spec = task_from_dict(manifest["task_spec"])
-    if not os.path.isfile(input):
-        raise CompressorError(f"input file not found: {input}")
-    if text_columns or task_spec.name not in TASKS:
-        dataset = read_user_file(input, list(text_columns or task_spec.text_fields), task=task_spec)
-    else:
-        split = "test" if os.path.basename(input).startswith("test") else "dev"
-        dataset = read_glue_file(task_spec, input, split)
-    if not dataset.examples:
-        raise CompressorError(f"{input} holds no rows to predict")
+    dataset = read_rows_to_label(input, task_spec, text_columns)
     predictor = Predictor(folder, threads=threads)
     texts = [ex.texts[0] if len(ex.texts) == 1 else tuple(ex.texts) for ex in dataset.examples]
     labels = predictor.predict(texts, batch_size)
-    buf = io.StringIO()
-    writer = csv.writer(buf, delimiter="\t", lineterminator="\n")
-    writer.writerow(["index", "prediction"])
-    for ex, label in zip(dataset.examples, labels):
-        writer.writerow([ex.guid, f"{label:.3f}" if isinstance(label, float) else label])
-    write_text(output, buf.getvalue())
+    write_predictions(output, dataset.examples, labels)
     return {"input": input, "output": os.path.abspath(output), "rows": len(labels),
             "task": task_spec.name, "engine": "onnxruntime"}
