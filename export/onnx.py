@@ -112,6 +112,17 @@ def is_export(folder: str) -> bool:
 # -- export --------------------------------------------------------------
 
 def _export_graph(net, tokenizer, out: str, opset: int, exporter: str) -> str:
+    import warnings
+
+    import torch
+
+    # tracing warns about constants it folds (attention-mask helpers); parity checks the result
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        return _export_with(net, tokenizer, out, opset, exporter)
+
+
+def _export_with(net, tokenizer, out: str, opset: int, exporter: str) -> str:
     from transformers import PreTrainedModel
 
     if exporter in ("auto", "optimum") and isinstance(net, PreTrainedModel):
@@ -286,15 +297,19 @@ def parity_check(net, tokenizer, model_file: str, examples, max_length: int,
             "identical_predictions": round(same, 6), "batch_size": batch_size}
 
 
-def score_onnx(folder: str, dataset, threads: Optional[int] = None) -> dict:
-    """The task's metrics for an export folder on a labelled dataset, through the ``Predictor``."""
+def score_onnx(folder: str, dataset, threads: Optional[int] = None, batch_size: int = 1) -> dict:
+    """The task's metrics for an export folder on a labelled dataset, through the ``Predictor``.
+
+    One sentence at a time by default, as the model is deployed and timed: dynamic
+    INT8 takes activation ranges over the whole input, so padding would change its scores.
+    """
     from compressor.metrics import compute_metrics
 
     from .runtime import Predictor
 
     predictor = Predictor(folder, threads=threads)
     texts = [ex.texts[0] if len(ex.texts) == 1 else tuple(ex.texts) for ex in dataset.examples]
-    logits = predictor.logits(texts, batch_size=64)
+    logits = predictor.logits(texts, batch_size=batch_size)
     preds = logits[:, 0] if dataset.task.is_regression else logits.argmax(-1)
     return compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])
 
