@@ -163,9 +163,10 @@ def _build_inc(spec: Spec, calibration_rows: int = 64) -> Runner:
     from compressor.models import load_for_task, read_meta
     from compressor.scoring import _task_for
 
-    logging_quiet()
     from neural_compressor.torch.export import export
     from neural_compressor.torch.quantization import StaticQuantConfig, convert, prepare
+
+    logging_quiet()  # after the import: INC sets its logger's level when it is first imported
 
     net, tokenizer = load_for_task(spec.path, attn_implementation="eager")
     net.eval()

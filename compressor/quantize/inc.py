@@ -135,9 +135,11 @@ def quantize_inc(model: nn.Module, feeds: Sequence[Dict[str, torch.Tensor]], met
     """
     from torch.export import Dim
 
-    logging.getLogger("neural_compressor").setLevel(logging.ERROR)
     from neural_compressor.torch.export import export
     from neural_compressor.torch.quantization import DynamicQuantConfig, StaticQuantConfig, convert, prepare
+
+    # after the import: INC sets its logger's level (INFO) when it is first imported
+    logging.getLogger("neural_compressor").setLevel(logging.ERROR)
 
     if method not in ("static", "dynamic"):
         raise CompressorError(f"INC quantises static or dynamic, not {method!r}")
