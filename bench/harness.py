@@ -99,7 +99,6 @@ def _build_ort(spec: Spec, threads: Optional[int]) -> Runner:
 def _build_torch(spec: Spec) -> Runner:
     import torch
 
-    from compressor.batches import collate, encode
     from compressor.models import load_for_task
 
     quantized = _torch_quantized(spec.path)
@@ -130,16 +129,10 @@ def _build_torch(spec: Spec) -> Runner:
         # on CUDA, reduce-overhead adds CUDA graphs (what batch 1 needs)
         mode = "reduce-overhead" if device.type == "cuda" else None
         forward = torch.compile(net, dynamic=True, mode=mode)
-    pad = tokenizer.pad_token_id or 0
-    max_length = _max_length(spec.path)
+    batch_of = _batcher(tokenizer, net.config, _max_length(spec.path))
 
     def enc(texts):
-        from compressor.data import Example
-
-        examples = [Example((t,) if isinstance(t, str) else tuple(t), None, str(i))
-                    for i, t in enumerate(texts)]
-        batch = collate(encode(tokenizer, examples, max_length, net.config), pad, False)
-        return {k: v.to(device) for k, v in batch.items()}
+        return {k: v.to(device) for k, v in batch_of(texts).items()}
 
     def run(feed):
         with torch.inference_mode():
@@ -158,8 +151,7 @@ def _build_inc(spec: Spec, calibration_rows: int = 64) -> Runner:
     import torch
     from torch.export import Dim
 
-    from compressor.batches import collate, encode
-    from compressor.data import Example, load_split
+    from compressor.data import load_split
     from compressor.models import load_for_task, read_meta
     from compressor.scoring import _task_for
 
@@ -187,13 +179,10 @@ def _build_inc(spec: Spec, calibration_rows: int = 64) -> Runner:
             return self.inner(input_ids=input_ids, attention_mask=attention_mask,
                               token_type_ids=token_type_ids).logits
 
-    pad = tokenizer.pad_token_id or 0
-    max_length = _max_length(spec.path)
+    batch_of = _batcher(tokenizer, net.config, _max_length(spec.path))
 
     def enc(texts):
-        examples = [Example((t,) if isinstance(t, str) else tuple(t), None, str(i))
-                    for i, t in enumerate(texts)]
-        batch = collate(encode(tokenizer, examples, max_length, net.config), pad, False)
+        batch = batch_of(texts)
         return tuple(batch[n] for n in names)
 
     train = load_split(task, "train", data_dir=spec.extra.get("data_dir"), limit=calibration_rows)
@@ -221,6 +210,21 @@ def _torch_quantized(path: str) -> bool:
     except ImportError:
         return False
     return os.path.isdir(path) and is_quantized_folder(path)
+
+
+def _batcher(tokenizer, config, max_length: int) -> Callable:
+    """texts (a string or a pair each) -> one padded batch of model inputs, as in training."""
+    from compressor.batches import collate, encode
+    from compressor.data import Example
+
+    pad = tokenizer.pad_token_id or 0
+
+    def batch_of(texts):
+        examples = [Example((t,) if isinstance(t, str) else tuple(t), None, str(i))
+                    for i, t in enumerate(texts)]
+        return collate(encode(tokenizer, examples, max_length, config), pad, False)
+
+    return batch_of
 
 
 def _max_length(path: str) -> int:

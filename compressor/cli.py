@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import os
 import sys
 import typing

@@ -48,7 +48,7 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
     ``optimum`` or ``torch``. ``examples`` (task examples) replace the dev split
     for the parity check. Returns the manifest.
     """
-    from compressor.models import load_for_task, read_meta, resolve_model
+    from compressor.models import load_for_task, resolve_model
     from compressor.scoring import _task_for
 
     if exporter not in ("auto", "optimum", "torch"):

@@ -6,7 +6,6 @@ import math
 import pytest
 import torch
 import transformers
-from click.testing import CliRunner
 
 from compressor.distill import DistillConfig, distill, layer_mapping
 from compressor.distill import losses as L

@@ -9,7 +9,7 @@ import transformers
 from compressor.errors import CompressorError
 from compressor.scoring import evaluate, predict
 from compressor.train import TrainConfig, finetune
-from conftest import ARCHS, write_reviews
+from conftest import write_reviews
 
 QUICK = dict(epochs=1, batch_size=16, max_length=32, lr=1e-3, device="cpu")
 

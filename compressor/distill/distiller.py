@@ -17,7 +17,6 @@ from ..io import versions
 from ..metrics import task_score
 from ..models import (checkpoint_meta, count_parameters, load_for_task, resolve_model,
                       save_checkpoint, size_on_disk)
-from ..progress import progress
 from ..scoring import predict_logits, score
 from ..train import TrainConfig, fit, set_seed
 from . import losses as L

@@ -4,10 +4,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import CompressorError
-from ..metrics import task_score
-from ..models import count_parameters, load_for_task, read_meta, resolve_model
+from ..models import count_parameters, load_for_task, resolve_model
 from ..recipe.registry import register_stage
-from ..scoring import score
 from .distiller import DistillConfig, distill_model, student_meta
 
 

@@ -6,7 +6,6 @@ import copy
 from dataclasses import dataclass, fields
 from typing import List, Optional, Tuple
 
-import torch
 from torch import nn
 
 from ..arch import ARCHITECTURES, arch_of
