@@ -140,9 +140,14 @@ def arch_of(model_or_config) -> ArchSpec:
 
 
 def uses_token_type_ids(config) -> bool:
-    """Whether the model takes segment ids (it errors, or silently misbehaves, on ones it lacks)."""
-    spec = arch_of(config)
-    return spec.uses_token_type_ids and getattr(config, "type_vocab_size", 0) > 1
+    """Whether the model takes segment ids (it errors, or silently misbehaves, on ones it lacks).
+
+    A model with no segment embeddings (``type_vocab_size`` 1 or absent, as in the
+    small BiLSTM/CNN students) takes none, whatever its architecture.
+    """
+    if getattr(config, "type_vocab_size", 0) <= 1:
+        return False
+    return arch_of(config).uses_token_type_ids
 
 
 def _has(module: nn.Module, path: str) -> bool:

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from ..arch import ARCHITECTURES, ArchSpec
 from ..errors import CompressorError
 from ..io import read_json, write_json
 
@@ -138,17 +137,6 @@ class CNNClassifier(_SmallClassifier):
 
 
 CLASSES = {"bilstm": BiLSTMClassifier, "cnn": CNNClassifier}
-
-# encode() asks the architecture registry whether a model takes segment ids; these
-# students do not. The module paths exist so that methods which ask for transformer
-# parts (layers, attention) get a clear "has no module" error.
-for _name in CLASSES:
-    ARCHITECTURES.setdefault(_name, ArchSpec(
-        _name, base=_name, embeddings="embedding", layers=f"{_name}.layers", query="query",
-        key="key", value="value", attention_output="attention_output", attention_norm="norm",
-        ffn_in="ffn_in", ffn_out="ffn_out", ffn_norm="norm", classifier="classifier",
-        uses_token_type_ids=False))
-
 
 def build_small(kind: str, tokenizer, task, embedding_dim: int = 64, hidden_size: int = 128,
                 dropout: float = 0.1, teacher=None) -> _SmallClassifier:
