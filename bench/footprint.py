@@ -16,14 +16,18 @@ import subprocess
 import sys
 import tempfile
 
-ONNX_SNIPPET = """
-import json, resource, sys, time
-def peak():  # VmHWM: ru_maxrss would count the parent's pages at fork time
+# both children: the peak resident memory (VmHWM: ru_maxrss would count the
+# parent's pages at fork time) and the clock from before the first import
+_PREAMBLE = """
+import json, sys, time
+def peak():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
 t = time.perf_counter()
-from export.runtime import Predictor
+"""
+
+ONNX_SNIPPET = _PREAMBLE + """from export.runtime import Predictor
 p = Predictor(sys.argv[1], threads=1)
 label = p.predict(["a gripping, funny and touching film"])[0]
 import importlib.util
@@ -32,14 +36,7 @@ print(json.dumps({"label": label, "cold_start_s": time.perf_counter() - t,
                   "torch_importable": importlib.util.find_spec("torch") is not None}))
 """
 
-TORCH_SNIPPET = """
-import json, resource, sys, time
-def peak():  # VmHWM: ru_maxrss would count the parent's pages at fork time
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-t = time.perf_counter()
-import torch
+TORCH_SNIPPET = _PREAMBLE + """import torch
 torch.set_num_threads(1)
 from compressor.models import load_for_task
 net, tok = load_for_task(sys.argv[1])

@@ -17,6 +17,7 @@ import shutil
 from typing import List, Optional, Sequence
 
 from compressor.errors import CompressorError
+from compressor.io import atomic_dir
 
 from .harness import Spec, cpu_preset
 
@@ -85,12 +86,9 @@ def _ort_o2(plain: str, out: str) -> str:
     from optimum.onnxruntime.configuration import AutoOptimizationConfig
 
     logging.getLogger("optimum").setLevel(logging.ERROR)
-    tmp = out + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    optimizer = ORTOptimizer.from_pretrained(plain, file_names=["model.onnx"])
-    optimizer.optimize(AutoOptimizationConfig.O2(), save_dir=tmp)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    with atomic_dir(out) as tmp:
+        optimizer = ORTOptimizer.from_pretrained(plain, file_names=["model.onnx"])
+        optimizer.optimize(AutoOptimizationConfig.O2(), save_dir=tmp)
     return target
 
 
@@ -102,23 +100,19 @@ def _ort_int8(o2_file: str, out: str, preset: str) -> str:
     from optimum.onnxruntime.configuration import AutoQuantizationConfig
 
     logging.getLogger("optimum").setLevel(logging.ERROR)
-    tmp = out + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
     # onnxruntime's quantiser needs every tensor's type, which plain ONNX shape inference cannot
     # give for the fused (com.microsoft) operators of O2: infer them symbolically first
     import onnx
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-    os.makedirs(tmp)
-    shutil.copy2(os.path.join(os.path.dirname(o2_file), "config.json"), tmp)
-    typed = os.path.join(tmp, "typed.onnx")
-    onnx.save(SymbolicShapeInference.infer_shapes(onnx.load(o2_file), auto_merge=True), typed)
-    quantizer = ORTQuantizer.from_pretrained(tmp, file_name="typed.onnx")
-    config = getattr(AutoQuantizationConfig, preset)(is_static=False, per_channel=False)
-    quantizer.quantize(config, save_dir=tmp, file_suffix=None)
-    os.replace(os.path.join(tmp, "typed.onnx"), os.path.join(tmp, "model_optimized_quantized.onnx"))
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    with atomic_dir(out) as tmp:
+        shutil.copy2(os.path.join(os.path.dirname(o2_file), "config.json"), tmp)
+        typed = os.path.join(tmp, "typed.onnx")
+        onnx.save(SymbolicShapeInference.infer_shapes(onnx.load(o2_file), auto_merge=True), typed)
+        quantizer = ORTQuantizer.from_pretrained(tmp, file_name="typed.onnx")
+        config = getattr(AutoQuantizationConfig, preset)(is_static=False, per_channel=False)
+        quantizer.quantize(config, save_dir=tmp, file_suffix=None)
+        os.replace(typed, os.path.join(tmp, "model_optimized_quantized.onnx"))
     return target
 
 

@@ -18,7 +18,7 @@ import re
 from typing import Dict, List, Optional, Sequence
 
 from compressor.errors import CompressorError
-from compressor.io import read_json, write_text
+from compressor.io import read_json, write_bytes, write_text
 from compressor.results import FORMAT, row
 
 RESULTS_NAME = "results.json"
@@ -409,7 +409,7 @@ def write_report_files(paths: Sequence[str], out: Optional[str] = None, title: O
     if png:
         plot_name = "report.png"
         path = os.path.join(out, plot_name)
-        _write_bytes(path, png)
+        write_bytes(path, png)
         written.append(path)
     md_path = os.path.join(out, "report.md")
     write_text(md_path, markdown(rows, title, threads, plot_name))
@@ -425,16 +425,6 @@ def _title(paths: Sequence[str]) -> str:
         m = read_json(manifest)
         return f"{m.get('recipe')}: {m.get('task')}"
     return "Compression report"
-
-
-def _write_bytes(path: str, data: bytes) -> None:
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(path)))
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def print_rows(rows: Sequence[dict]) -> None:

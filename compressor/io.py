@@ -19,12 +19,17 @@ def write_json(path: str, data) -> None:
 
 def write_text(path: str, text: str) -> None:
     """Write ``text`` to a temporary name beside ``path``, then rename it into place."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to a temporary name beside ``path``, then rename it into place."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes files private; keep the usual mode
         os.replace(tmp, path)
     except BaseException:

@@ -280,14 +280,8 @@ def _replace(config: LossConfig, **changes) -> LossConfig:
 
 def loss_config(values: Optional[dict]) -> LossConfig:
     """A :class:`LossConfig` from a recipe mapping, every problem as one CompressorError."""
-    from ..recipe.registry import config_from_dict
+    from ..recipe.registry import nested_config
 
-    try:
-        config = config_from_dict(LossConfig, dict(values or {}))
-    except KeyError as exc:
-        known = ", ".join(f.name for f in fields(LossConfig))
-        raise CompressorError(f"losses has no setting '{exc.args[0]}'; it takes {known}") from None
-    except ValueError as exc:
-        raise CompressorError(f"losses: {exc}") from None
+    config = nested_config(LossConfig, values, "losses")
     config.check()
     return config

@@ -66,7 +66,8 @@ class _SmallClassifier(nn.Module):
         return self.embedding
 
     def features(self, embedded: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """``[batch, length, embedding]`` -> ``[batch, features]``: each subclass pools its own way."""
+        raise NotImplementedError(f"{type(self).__name__} must define features()")
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, **_):
         from transformers.modeling_outputs import SequenceClassifierOutput

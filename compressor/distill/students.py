@@ -3,7 +3,7 @@ another pre-trained encoder, or a small BiLSTM/CNN classifier."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from torch import nn
@@ -68,15 +68,9 @@ def student_spec(values) -> StudentSpec:
     if isinstance(values, StudentSpec):
         values.check()
         return values
-    from ..recipe.registry import config_from_dict
+    from ..recipe.registry import nested_config
 
-    try:
-        spec = config_from_dict(StudentSpec, dict(values or {}))
-    except KeyError as exc:
-        known = ", ".join(f.name for f in fields(StudentSpec))
-        raise CompressorError(f"student has no setting '{exc.args[0]}'; it takes {known}") from None
-    except ValueError as exc:
-        raise CompressorError(f"student: {exc}") from None
+    spec = nested_config(StudentSpec, values, "student")
     spec.check()
     return spec
 

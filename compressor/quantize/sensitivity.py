@@ -11,6 +11,7 @@ meets the tolerance, recording every try.
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import time
@@ -20,7 +21,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..errors import CompressorError
-from ..io import write_text
+from ..io import write_bytes, write_text
 from ..progress import progress
 from .onnx_int8 import quantize_dynamic_onnx, score_onnx, session
 
@@ -123,11 +124,10 @@ def plot(report: dict, path: str, metric: str) -> str:
     ax.set_title(f"Drop when only this unit is INT8 (FP32 {report['fp32_score']:.2f}, "
                  f"all INT8 {report['all_int8_score']:.2f})")
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=120)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
-    os.replace(tmp, path)
+    write_bytes(path, buf.getvalue())
     return path
 
 

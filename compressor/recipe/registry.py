@@ -87,6 +87,21 @@ def config_from_dict(cls, values: dict, defaults: Optional[dict] = None):
     return cls(**kwargs)
 
 
+def nested_config(cls, values: Optional[dict], what: str):
+    """Build ``cls`` from a mapping inside a stage's settings (``losses:``, ``student:``).
+
+    Every problem is one CompressorError that names ``what`` and, for an unknown key,
+    the keys ``cls`` takes.
+    """
+    try:
+        return config_from_dict(cls, dict(values or {}))
+    except KeyError as exc:
+        known = ", ".join(f.name for f in dataclasses.fields(cls))
+        raise CompressorError(f"{what} has no setting '{exc.args[0]}'; it takes {known}") from None
+    except ValueError as exc:
+        raise CompressorError(f"{what}: {exc}") from None
+
+
 def config_to_dict(config) -> dict:
     return dataclasses.asdict(config)
 
