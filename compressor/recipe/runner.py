@@ -22,6 +22,7 @@ from ..errors import CompressorError
 from ..io import atomic_dir, read_json, versions, write_json
 from ..models import (checkpoint_meta, count_parameters, load_config, read_meta, resolve_model,
                       size_on_disk)
+from .guard import check_files, clean_leftovers, digest_files, run_lock, terminate_cleanly
 from .registry import TRAINABLE, config_to_dict, get_stage
 from .report import write_report
 from .schema import Recipe, load_recipe
@@ -61,7 +62,16 @@ def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optiona
         recipe = load_recipe(recipe, device=device)
     log = log or (lambda msg: print(msg, file=sys.stderr))
     out = os.path.abspath(out)
-    _claim(out, recipe)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise CompressorError(f"output {out} is a file, not a folder")
+    os.makedirs(out, exist_ok=True)
+    with run_lock(out), terminate_cleanly():
+        previous = _claim(out, recipe)
+        clean_leftovers(out, log)
+        return _run_locked(recipe, out, data_dir, log, previous)
+
+
+def _run_locked(recipe: Recipe, out: str, data_dir, log, previous: Optional[dict]) -> dict:
     data = recipe.data_dir or data_dir
     data = data if data == "embedded" else resolve_data_dir(data)
     data_key = data if data in (None, "embedded") else os.path.abspath(data)
@@ -69,7 +79,10 @@ def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optiona
             "train_limit": recipe.train_limit, "dev_limit": recipe.dev_limit}
     manifest = {"recipe": recipe.name, "source": os.path.abspath(recipe.source)
                 if os.path.exists(recipe.source) else recipe.source,
-                "digest": recipe.digest, "task": recipe.task.name, "stages": []}
+                "digest": recipe.digest, "task": recipe.task.name, "stages": [],
+                "made": _made_before(previous)}
+    for dirname in ["00-teacher"] + [spec.dirname for spec in recipe.stages]:
+        _refuse_foreign(out, dirname, manifest)
     ctx_args = dict(recipe=recipe, task=recipe.task, data_dir=data)
     shared_cache: dict = {}
 
@@ -80,7 +93,9 @@ def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optiona
     record = _run_stage(out, "00-teacher", fingerprint, log, lambda ctx: _teacher(ctx, recipe),
                         StageContext(**ctx_args, model_dir=teacher_source,
                                      teacher_dir=teacher_source, out_dir="", _cache=shared_cache),
-                        produces=TRAINABLE, config=teacher_finetune, name="teacher")
+                        produces=TRAINABLE, config=teacher_finetune, name="teacher",
+                        manifest=manifest)
+    rerun = not record.get("_skipped")
     teacher_dir = _abs(out, record["model_dir"])
     teacher_score = record["score"]
     _append(manifest, record, out)
@@ -96,7 +111,9 @@ def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optiona
         record = _run_stage(out, spec.dirname, fingerprint, log,
                             lambda c, st=stage_type, cfg=spec.config: st.run(c, cfg),
                             ctx, produces=stage_type.produces, config=config, name=spec.name,
-                            inherited=current, teacher_score=teacher_score)
+                            inherited=current, teacher_score=teacher_score,
+                            manifest=manifest, force=rerun)
+        rerun = rerun or not record.get("_skipped")
         _append(manifest, record, out)
         if stage_type.produces is not None:
             current = record
@@ -107,14 +124,22 @@ def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optiona
 
 
 def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
-               inherited=None, teacher_score=None) -> dict:
+               inherited=None, teacher_score=None, manifest=None, force=False) -> dict:
     folder = os.path.join(out, dirname)
     record_file = os.path.join(folder, RECORD)
-    if os.path.isfile(record_file):
+    if dirname not in manifest["made"]:
+        _refuse_foreign(out, dirname, manifest)
+        # claimed in the manifest before the folder appears, so a resumed run knows it is ours
+        manifest["made"].append(dirname)
+        write_json(os.path.join(out, MANIFEST), manifest)
+    if os.path.isfile(record_file) and not force:
         old = read_json(record_file)
         if old.get("fingerprint") == fingerprint:
-            log(f"[{dirname}] unchanged since its last run: skipped")
-            return old
+            damage = check_files(folder, old.get("files"))
+            if damage is None:
+                log(f"[{dirname}] unchanged since its last run: skipped")
+                return {**old, "_skipped": True}
+            log(f"[{dirname}] {damage}: running it again")
     log(f"[{dirname}] running")
     start = time.perf_counter()
     with atomic_dir(folder) as tmp:
@@ -138,6 +163,7 @@ def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
             record["retention"] = round(record["score"] / teacher_score, 4) if teacher_score else None
         record["wall_time_s"] = round(time.perf_counter() - start, 2)
         record["versions"] = versions()
+        record["files"] = digest_files(tmp)
         write_json(os.path.join(tmp, RECORD), record)
     score = record.get("score")
     log(f"[{dirname}] done in {record['wall_time_s']:.0f} s"
@@ -173,33 +199,57 @@ def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
     return {**result, "train_examples": len(ctx.split("train"))}
 
 
-def _claim(out: str, recipe: Recipe) -> None:
-    """Refuse a folder that holds something other than a run of this recipe."""
-    if not os.path.exists(out):
-        return
-    if not os.path.isdir(out):
-        raise CompressorError(f"output {out} is a file, not a folder")
+def _claim(out: str, recipe: Recipe) -> Optional[dict]:
+    """Refuse a folder that holds something other than a run of this recipe; return its manifest."""
     manifest_file = os.path.join(out, MANIFEST)
     if os.path.isfile(manifest_file):
         manifest = read_json(manifest_file)
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("stages"), list):
+            raise CompressorError(f"{manifest_file}: not a run manifest; choose another --out")
         if manifest.get("recipe") != recipe.name or manifest.get("task") != recipe.task.name:
             raise CompressorError(
                 f"output folder {out} holds a run of recipe '{manifest.get('recipe')}' "
                 f"(task {manifest.get('task')}); choose another --out or delete it")
-        return
-    visible = [f for f in os.listdir(out) if not f.startswith(".")]
-    stage_dirs = [f for f in visible if f[:2].isdigit() and f[2:3] == "-"]
-    if visible and len(stage_dirs) != len(visible):
-        raise CompressorError(f"output folder {out} holds other files ({visible[0]}, ...); "
-                              "choose an empty or new folder")
+        return manifest
+    visible = sorted(f for f in os.listdir(out) if not f.startswith("."))
+    if visible:
+        raise CompressorError(f"output folder {out} holds other files "
+                              f"({visible[0]}{', ...' if len(visible) > 1 else ''}) and no run "
+                              f"{MANIFEST}; choose an empty or new folder")
+    return None
+
+
+def _refuse_foreign(out: str, dirname: str, manifest: dict) -> None:
+    """A stage never replaces a folder that this output's runs did not make."""
+    folder = os.path.join(out, dirname)
+    if dirname not in manifest["made"] and os.path.lexists(folder):
+        raise CompressorError(f"{folder} was not made by a run of this recipe (the manifest "
+                              "does not list it); move it out of the run folder")
+
+
+def _made_before(previous: Optional[dict]) -> list:
+    """The stage folders earlier runs into this output made (older manifests: their stages)."""
+    if not previous:
+        return []
+    made = previous.get("made")
+    if made is None:
+        made = [s.get("dir") for s in previous.get("stages", [])]
+    return sorted({d for d in made if isinstance(d, str) and os.sep not in d and d[:1] != "."})
 
 
 def _drop_stale(out: str, manifest: dict) -> None:
-    """Remove stage folders left from an earlier, longer or reordered version of the recipe."""
+    """Remove stage folders an earlier, longer or reordered version of this recipe made.
+
+    Only folders listed in the manifest's ``made`` (stage folders this output's
+    runs wrote, each with its record) are touched; anything else is the user's.
+    """
     keep = {s["dir"] for s in manifest["stages"]}
-    for name in os.listdir(out):
-        if name[:2].isdigit() and name[2:3] == "-" and name not in keep:
-            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+    for name in [d for d in manifest["made"] if d not in keep]:
+        folder = os.path.join(out, name)
+        if os.path.isfile(os.path.join(folder, RECORD)) and not os.path.islink(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+        if not os.path.exists(folder):
+            manifest["made"].remove(name)
 
 
 def _append(manifest: dict, record: dict, out: str) -> None:
