@@ -35,6 +35,10 @@ def specs_for(path: str, name: Optional[str] = None, engines: Sequence[str] = ("
     from .harness import _torch_quantized
 
     quantized = os.path.isdir(path) and _torch_quantized(path)
+    if quantized:  # refuse a folder that cannot be loaded (a pickle where safetensors belong) up front
+        from compressor.quantize.torch_int8 import check_quantized_folder
+
+        check_quantized_folder(path)
     path = path if quantized else resolve_model(path)
     if parameters is None and not quantized:
         parameters = count_parameters(load_for_task(path)[0])

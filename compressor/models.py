@@ -139,11 +139,49 @@ def load_for_task(name_or_path: str, task=None, attn_implementation: Optional[st
             label2id={l: i for i, l in enumerate(labels)},
             problem_type="regression" if task.is_regression else "single_label_classification",
         )
+    kwargs.update(_safe_weights(path))
     try:
         model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
     except Exception as exc:
+        pickled = _refused_pickle(path, exc)
+        if pickled:
+            raise CompressorError(f"{pickled}: a pickle that holds more than tensors, which compressor "
+                                  "never loads (it could run code); save the model as safetensors") from None
         raise CompressorError(_load_error(name_or_path, path, "weights", exc)) from None
     return model, load_tokenizer(path)
+
+
+SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+
+
+def _safe_weights(path: str) -> dict:
+    """``from_pretrained`` options that keep weight loading free of code execution.
+
+    A folder with safetensors weights is read from them only
+    (``use_safetensors=True``: a ``pytorch_model.bin`` beside them is never
+    touched). A folder with only ``pytorch_model.bin`` is read by transformers
+    4.57 with ``torch.load(weights_only=True)``, PyTorch's restricted unpickler,
+    which rebuilds tensors and refuses any other object (transformers requires
+    torch >= 2.6 for it, after CVE-2025-32434); we never ask for
+    ``weights_only=False``. A hub id gets transformers' default, which prefers
+    safetensors too.
+    """
+    if os.path.isdir(path) and any(os.path.isfile(os.path.join(path, f)) for f in SAFE_WEIGHTS):
+        return {"use_safetensors": True}
+    return {}
+
+
+def _refused_pickle(path: str, exc: BaseException) -> Optional[str]:
+    """The pickle file of ``path`` that ``torch.load(weights_only=True)`` refused, if that is what failed."""
+    seen = exc
+    while seen is not None:
+        if "Weights only load failed" in str(seen):
+            if os.path.isdir(path):
+                bins = sorted(f for f in os.listdir(path) if f.endswith(".bin"))
+                return os.path.join(path, bins[0]) if bins else path
+            return str(path)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def load_tokenizer(name_or_path: str):

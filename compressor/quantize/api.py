@@ -307,6 +307,7 @@ def _torch(model, out, config, preset, task_spec, train_set, dev_set, max_length
     parameters = count_parameters(net)
     info = {"method": config.method, "backend": config.backend, "preset": preset.to_dict(),
             "exclude": list(config.exclude)}
+    calibration = None
     if config.backend == "torchao":
         if config.method in ("fp16", "bf16"):
             tq.cast_model(net, config.method)
@@ -321,11 +322,10 @@ def _torch(model, out, config, preset, task_spec, train_set, dev_set, max_length
         rows = random.Random(config.seed).sample(list(train_set.examples),
                                                  min(config.calibration_samples, len(train_set)))
         feeds = torch_feeds(tokenizer, rows, max_length, net.config)
-        wrapped, program = quantize_inc(net, feeds, config.method, config.smoothquant_alpha, max_length)
+        wrapped, calibration = quantize_inc(net, feeds, config.method, config.smoothquant_alpha, max_length)
         info.update(method="inc", inc_method=config.method, calibration_samples=len(feeds),
-                    smoothquant_alpha=config.smoothquant_alpha, program=program,
+                    smoothquant_alpha=config.smoothquant_alpha,
                     smoothed_linears=getattr(wrapped, "smoothed_linears", 0))
-    size = tq.save_quantized(net, tokenizer, out, meta, info)
-    info.pop("program", None)
+    size = tq.save_quantized(net, tokenizer, out, meta, info, calibration=calibration)
     return {"engine": "pytorch", "kind": tq.KIND, "parameters": parameters, "size_bytes": size,
             "quantization": info}

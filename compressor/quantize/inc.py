@@ -126,46 +126,110 @@ def check_not_silenced(logits: torch.Tensor, reference: torch.Tensor) -> None:
                               "calibration data); refusing to write it")
 
 
-def quantize_inc(model: nn.Module, feeds: Sequence[Dict[str, torch.Tensor]], method: str = "static",
-                 smoothquant_alpha: float = 0.0, max_length: int = 128):
-    """INC INT8 of ``model`` calibrated on ``feeds``; returns (scorable model, exported program).
+OBSERVER_PREFIX = "activation_post_process_"
 
-    ``method`` is ``static`` (activation ranges fixed from calibration) or
-    ``dynamic`` (ranges per input; INC still needs the calibration run).
-    """
-    from torch.export import Dim
 
+def _inc():
+    """INC's PT2E entry points, its logging quiet."""
     from neural_compressor.torch.export import export
     from neural_compressor.torch.quantization import DynamicQuantConfig, StaticQuantConfig, convert, prepare
 
     # after the import: INC sets its logger's level (INFO) when it is first imported
     logging.getLogger("neural_compressor").setLevel(logging.ERROR)
+    return SimpleNamespace(export=export, convert=convert, prepare=prepare,
+                           configs={"static": StaticQuantConfig, "dynamic": DynamicQuantConfig})
 
+
+def _prepared(inc, model: nn.Module, example: tuple, method: str):
+    """The model exported on ``example`` (batch and length dynamic) with INC's observers in it."""
+    from torch.export import Dim
+
+    shapes = tuple({0: Dim.AUTO, 1: Dim.AUTO} for _ in example)
+    graph = inc.export(model, example_inputs=example, dynamic_shapes=shapes)
+    if graph is None:
+        raise CompressorError("INC could not export the model with torch.export")
+    return inc.prepare(graph, inc.configs[method]())
+
+
+def quantize_inc(model: nn.Module, feeds: Sequence[Dict[str, torch.Tensor]], method: str = "static",
+                 smoothquant_alpha: float = 0.0, max_length: int = 128):
+    """INC INT8 of ``model`` calibrated on ``feeds``; returns (scorable model, calibration).
+
+    ``method`` is ``static`` (activation ranges fixed from calibration) or
+    ``dynamic`` (ranges per input; INC still needs the calibration run).
+    ``calibration`` holds plain tensors only: the observers' statistics
+    (``observer.NAME``) and the export's example inputs (``example.I``);
+    with ``model``'s weights they rebuild the same model (``rebuild_inc``).
+    """
     if method not in ("static", "dynamic"):
         raise CompressorError(f"INC quantises static or dynamic, not {method!r}")
     if not feeds:
         raise CompressorError(
             "INC needs calibration rows (calibration_samples > 0): without a calibration run its "
             "INT8 model returns all-zero outputs")
+    inc = _inc()
     model.eval()
     sq = smooth_quant(model, feeds, smoothquant_alpha) if smoothquant_alpha else 0
     # a batch of two: torch.export specialises a size-1 dimension to a constant
     example = tuple(torch.cat([t, t]) for t in _inputs(model, feeds[0]))
     with torch.no_grad():
         reference = model(*example).logits
-    shapes = tuple({0: Dim.AUTO, 1: Dim.AUTO} for _ in example)
-    graph = export(model, example_inputs=example, dynamic_shapes=shapes)
-    if graph is None:
-        raise CompressorError("INC could not export the model with torch.export")
-    prepared = prepare(graph, StaticQuantConfig() if method == "static" else DynamicQuantConfig())
+    prepared = _prepared(inc, model, example, method)
     with torch.no_grad():
         for feed in feeds:
             prepared(*_inputs(model, feed))
-    quantized = convert(prepared)
+    calibration = {f"observer.{k}": v.detach().clone() for k, v in prepared.state_dict().items()
+                   if k.startswith(OBSERVER_PREFIX)}
+    calibration.update({f"example.{i}": t for i, t in enumerate(example)})
+    quantized = inc.convert(prepared)
     with torch.no_grad():
         out = quantized(*example)
     check_not_silenced(_logits(out), reference)
-    program = torch.export.export(quantized, example, dynamic_shapes=shapes)
     wrapped = ExportedClassifier(quantized, model.config)
     wrapped.smoothed_linears = sq
-    return wrapped, program
+    return wrapped, calibration
+
+
+def smoothed_structure(model: nn.Module) -> int:
+    """Every Linear wrapped as ``smooth_quant`` leaves it (unit scales), to load smoothed weights into."""
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    for name, linear in linears:
+        parent_name, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, attr,
+                SmoothedLinear(linear, torch.ones(linear.in_features)))
+    return len(linears)
+
+
+def rebuild_inc(model: nn.Module, weights: Dict[str, torch.Tensor], calibration: Dict[str, torch.Tensor],
+                info: dict, where: str = "the INC folder") -> "ExportedClassifier":
+    """The INC model ``quantize_inc`` made, from the FP32 ``model`` built from its config, its saved
+    (smoothed) ``weights``, its ``calibration`` and its recipe ``info`` (``quantization.json``).
+
+    The same export, the same INC config, the observers set to the saved
+    statistics instead of a calibration run: ``convert`` gives the same graph.
+    """
+    from .torch_int8 import unflatten_state
+
+    method = info.get("inc_method")
+    if method not in ("static", "dynamic"):
+        raise CompressorError(f"{where}: quantization.json names no INC method (static or dynamic)")
+    if info.get("smoothed_linears"):
+        smoothed_structure(model)
+    model.load_state_dict(unflatten_state(model.state_dict(), weights, f"{where}/model_fp32.safetensors"))
+    model.eval()
+    n_inputs = 3 if uses_token_type_ids(model.config) else 2
+    example = tuple(calibration.get(f"example.{i}") for i in range(n_inputs))
+    observers = {k[len("observer."):]: v for k, v in calibration.items() if k.startswith("observer.")}
+    if any(t is None or t.dim() != 2 or t.dtype != torch.int64 for t in example) \
+            or set(calibration) != {f"example.{i}" for i in range(n_inputs)} | {f"observer.{k}" for k in observers}:
+        raise CompressorError(f"{where}/calibration.safetensors: not the {n_inputs} example inputs and "
+                              "observer statistics INC's model needs")
+    inc = _inc()
+    prepared = _prepared(inc, model, example, method)
+    wanted = {k for k in prepared.state_dict() if k.startswith(OBSERVER_PREFIX)}
+    if set(observers) != wanted:
+        odd = sorted(set(observers) ^ wanted)[0]
+        raise CompressorError(f"{where}/calibration.safetensors: observer {odd} does not match the "
+                              "model its quantization.json describes")
+    prepared.load_state_dict(observers, strict=False)
+    return ExportedClassifier(inc.convert(prepared), model.config)
