@@ -76,7 +76,7 @@ def build(spec: Spec, threads: Optional[int] = None) -> Runner:
 def _build_ort(spec: Spec, threads: Optional[int]) -> Runner:
     import onnxruntime as ort
 
-    from export.runtime import Predictor
+    from export.runtime import Predictor, open_session
 
     folder, model_file = (os.path.dirname(spec.path), os.path.basename(spec.path)) \
         if spec.path.endswith(".onnx") else (spec.path, None)
@@ -87,7 +87,7 @@ def _build_ort(spec: Spec, threads: Optional[int]) -> Runner:
         if threads:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
-        session = ort.InferenceSession(spec.path, options, providers=["CPUExecutionProvider"])
+        session = open_session(spec.path, options)
         predictor = Predictor.__new__(Predictor)
         base = Predictor(tok_folder, threads=1)
         predictor.__dict__.update(base.__dict__)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import platform
@@ -25,17 +26,61 @@ def write_text(path: str, text: str) -> None:
 def write_bytes(path: str, data: bytes) -> None:
     """Write ``data`` to a temporary name beside ``path``, then rename it into place."""
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    tmp = None
     try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes files private; keep the usual mode
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    except BaseException as exc:
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        _raise_if_disk_full(exc, path)
         raise
+
+
+class DiskFull(CompressorError):
+    """The disk (or the user's quota) filled up while the toolkit was writing ``path``."""
+
+    def __init__(self, path: str, detail: str):
+        self.path, self.detail = path, detail
+        super().__init__(f"no space left on device while writing {path} ({detail}); "
+                         "free some space and run the command again")
+
+
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# writers in Rust or C++ (safetensors, onnx, torch) report a full disk in their message only
+_DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "os error 28")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) says the disk or quota is full."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, DiskFull):
+            return True
+        if isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS:
+            return True
+        if isinstance(exc, Exception) and not isinstance(exc, CompressorError) and \
+                any(t in str(exc) for t in _DISK_FULL_TEXTS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _raise_if_disk_full(exc: BaseException, path: str) -> None:
+    """A full disk is one line naming what was being written, wherever in a writer it struck."""
+    if isinstance(exc, DiskFull):
+        raise DiskFull(path, exc.detail) from None
+    if is_disk_full(exc):
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        name = getattr(exc, "filename", None)
+        detail = (f"{os.path.basename(str(name))}: " if name else "") + lines[0][:200]
+        raise DiskFull(path, detail) from None
 
 
 def read_json(path: str):
@@ -55,8 +100,12 @@ def atomic_dir(path: str, overwrite: bool = True) -> Iterator[str]:
     if os.path.exists(path) and not overwrite:
         raise CompressorError(f"{path} already exists")
     parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.tmp-", dir=parent)
+    except OSError as exc:
+        _raise_if_disk_full(exc, path)
+        raise
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
@@ -67,8 +116,10 @@ def atomic_dir(path: str, overwrite: bool = True) -> Iterator[str]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        # the outermost folder being written names the error, however deep the writer was
+        _raise_if_disk_full(exc, path)
         raise
 
 

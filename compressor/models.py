@@ -93,10 +93,25 @@ def read_meta(path: str) -> dict:
     return read_json(file) if os.path.isfile(file) else {}
 
 
+def refuse_onnx_export(path: str) -> None:
+    """One line for an ONNX export folder given where a PyTorch checkpoint's weights are needed."""
+    from export.onnx import MANIFEST_FILE, is_export
+
+    if not (os.path.isdir(path) and is_export(path)):
+        return
+    source = read_json(os.path.join(path, MANIFEST_FILE)).get("source")
+    instead = f"the checkpoint it was exported from ({source})" if source and os.path.isdir(source) \
+        else "the PyTorch checkpoint it was exported from"
+    raise CompressorError(
+        f"{path} is an ONNX export, not a PyTorch checkpoint: a teacher, training and the PyTorch "
+        f"stages need its weights, which model.onnx does not give back; give {instead}")
+
+
 def load_config(name_or_path: str):
     from transformers import AutoConfig
 
     path = resolve_model(name_or_path)
+    refuse_onnx_export(path)
     try:
         return AutoConfig.from_pretrained(path)
     except Exception as exc:  # hub errors, bad JSON, unknown model_type
@@ -115,6 +130,7 @@ def load_for_task(name_or_path: str, task=None, attn_implementation: Optional[st
     from .arch import arch_of
 
     path = resolve_model(name_or_path)
+    refuse_onnx_export(path)
     if os.path.isdir(path) and read_meta(path).get("architecture"):
         # a student that is no transformers model (BiLSTM, CNN): compressor.json names its class
         from .distill.small import load_small

@@ -53,18 +53,33 @@ def predictions_from_logits(logits: np.ndarray, regression: bool) -> np.ndarray:
 def score(model, tokenizer, dataset, max_length: int, batch_size: int = 64,
           device: Optional[torch.device] = None, desc: Optional[str] = None) -> dict:
     """The task's GLUE metrics on a labelled dataset."""
-    if not dataset.labelled:
-        raise CompressorError(f"{dataset.source} has no labels ({dataset.split} split): "
-                              "it can be predicted, not scored")
+    _require_labels(dataset)
     logits = predict_logits(model, tokenizer, dataset.examples, max_length, batch_size, device,
                             desc=desc)
     preds = predictions_from_logits(logits, dataset.task.is_regression)
     return compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])
 
 
+def _require_labels(dataset) -> None:
+    if not dataset.labelled:
+        raise CompressorError(f"{dataset.source} has no labels ({dataset.split} split): "
+                              "it can be predicted, not scored")
+
+
+def _onnx_export(path: str) -> bool:
+    from export.onnx import is_export
+
+    return os.path.isdir(path) and is_export(path)
+
+
 def _task_for(model_path: str, task: Optional[str]):
     """The task named, else the one the checkpoint says it was trained on (custom ones too)."""
     meta = read_meta(model_path)
+    if not meta and _onnx_export(model_path):
+        from export.onnx import read_manifest
+
+        manifest = read_manifest(model_path)
+        meta = {k: manifest[k] for k in ("task", "task_spec", "max_length") if manifest.get(k)}
     if task:
         return get_task(task), meta
     if meta.get("task_spec"):
@@ -81,7 +96,9 @@ def evaluate(model: str, task: Optional[str] = None, split: str = "dev",
              text_columns: Optional[Sequence[str]] = None, label_column: str = "label") -> dict:
     """Score a checkpoint on a task split, or on a labelled file of the user's (``input``).
 
-    The record is returned, and written to ``out`` (JSON) when given.
+    An ONNX export folder is scored with onnxruntime, one sentence at a time, as
+    ``quantize`` and ``bench`` score graphs. The record is returned, and written to
+    ``out`` (JSON) when given.
     """
     path = resolve_model(model)
     task_spec, meta = _task_for(path, task)
@@ -92,17 +109,27 @@ def evaluate(model: str, task: Optional[str] = None, split: str = "dev",
         split = "user"
     else:
         dataset = load_split(task_spec, split, data_dir=data_dir, limit=limit)
-    dev = resolve_device(device)
-    net, tokenizer = load_for_task(path, task_spec)
-    net.to(dev)
-    start = time.perf_counter()
-    metrics = score(net, tokenizer, dataset, max_length, batch_size, dev,
-                    desc=f"eval {task_spec.name}/{split}")
+    is_onnx = _onnx_export(path)
+    if is_onnx:
+        from export.onnx import read_manifest, score_onnx
+
+        _require_labels(dataset)
+        max_length = read_manifest(path).get("max_length", max_length)  # what its Predictor applies
+        start = time.perf_counter()
+        metrics = score_onnx(path, dataset)
+    else:
+        dev = resolve_device(device)
+        net, tokenizer = load_for_task(path, task_spec)
+        net.to(dev)
+        start = time.perf_counter()
+        metrics = score(net, tokenizer, dataset, max_length, batch_size, dev,
+                        desc=f"eval {task_spec.name}/{split}")
     record = {
         "model": os.path.abspath(path) if os.path.isdir(path) else path,
         "task": task_spec.name, "split": split, "metrics": metrics,
         "score": task_score(task_spec, metrics), "examples": len(dataset),
         "data": dataset.source, "max_length": max_length,
+        "engine": "onnxruntime" if is_onnx else "pytorch",
         "wall_time_s": round(time.perf_counter() - start, 3), "versions": versions(),
     }
     if out:
@@ -121,6 +148,10 @@ def predict(model: str, input: str, output: str, task: Optional[str] = None,
     own files, the columns it was trained on are the default).
     """
     path = resolve_model(model)
+    if _onnx_export(path):  # as `predict --onnx` does: onnxruntime, no torch
+        from export.onnx import predict_file
+
+        return predict_file(path, input, output, text_columns=text_columns, batch_size=batch_size)
     task_spec, meta = _task_for(path, task)
     max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
     dataset = read_rows_to_label(input, task_spec, text_columns)

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from compressor.errors import CompressorError
-from compressor.io import atomic_dir, read_json, versions, write_json
+from compressor.io import atomic_dir, is_disk_full, read_json, versions, write_json
 
 MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
@@ -105,8 +105,28 @@ def read_manifest(folder: str) -> dict:
 
 
 def is_export(folder: str) -> bool:
+    """Whether ``folder`` is an ONNX export (its manifest and model.onnx), not a PyTorch checkpoint."""
     return os.path.isfile(os.path.join(folder, MANIFEST_FILE)) and \
         os.path.isfile(os.path.join(folder, MODEL_FILE))
+
+
+def load_graph(model_file: str, load_external_data: bool = True):
+    """The ``onnx.ModelProto`` in ``model_file``: the one place ONNX files are read as graphs.
+
+    A truncated or corrupt file is one line naming it (``export.runtime.open_session``
+    does the same for the files that are run).
+    """
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    from .runtime import ExportError, unreadable
+
+    if not os.path.isfile(model_file):
+        raise ExportError(f"ONNX model not found: {model_file}")
+    try:
+        return onnx.load(model_file, load_external_data=load_external_data)
+    except (DecodeError, onnx.onnx_cpp2py_export.checker.ValidationError) as exc:
+        raise unreadable(model_file, exc) from None
 
 
 # -- export --------------------------------------------------------------
@@ -130,6 +150,8 @@ def _export_with(net, tokenizer, out: str, opset: int, exporter: str) -> str:
             _export_optimum(net, out, opset)
             return "optimum"
         except Exception as exc:  # an architecture or shape optimum's configs do not cover
+            if is_disk_full(exc):
+                raise  # no exporter does better on a full disk
             if exporter == "optimum":
                 raise CompressorError(f"optimum could not export {type(net).__name__}: "
                                       f"{str(exc).splitlines()[0][:300]}") from None
@@ -197,9 +219,7 @@ def _copy_side_files(src: str, tokenizer, out: str) -> None:
 
 
 def _graph_inputs(model_file: str) -> list:
-    import onnx
-
-    graph = onnx.load(model_file, load_external_data=False).graph
+    graph = load_graph(model_file, load_external_data=False).graph
     initializers = {i.name for i in graph.initializer}
     return [i.name for i in graph.input if i.name not in initializers]
 
@@ -234,12 +254,11 @@ def optimize_graph(model_file: str, config=None) -> dict:
     Returns ``{"tool", "fusions": {op: count}, "before": {...}, "after": {...}}``
     where ``fusions`` lists only the fused operators that appeared.
     """
-    import onnx
     from onnxruntime.transformers.optimizer import optimize_model
 
     heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", None) or 0
     hidden = getattr(config, "hidden_size", None) or getattr(config, "dim", None) or 0
-    before = _op_counts(onnx.load(model_file))
+    before = _op_counts(load_graph(model_file))
     if not heads:
         # no attention (a BiLSTM or CNN student): nothing of a transformer's to fuse
         return {"tool": None, "fusions": {}, "skipped": "not a transformer",
@@ -250,7 +269,7 @@ def optimize_graph(model_file: str, config=None) -> dict:
     optimized = optimize_model(model_file, model_type="bert", num_heads=heads, hidden_size=hidden,
                                opt_level=0)
     optimized.save_model_to_file(model_file)
-    after = _op_counts(onnx.load(model_file))
+    after = _op_counts(load_graph(model_file))
     fusions = {op: after[op] for op in FUSED_OPS if after.get(op, 0) > before.get(op, 0)}
     return {"tool": "onnxruntime.transformers.optimizer (model_type bert, opt_level 0)",
             "fusions": fusions, "nodes_before": sum(before.values()), "nodes_after": sum(after.values())}
@@ -268,12 +287,13 @@ def _op_counts(model) -> dict:
 def parity_check(net, tokenizer, model_file: str, examples, max_length: int,
                  regression: bool = False, batch_size: int = 32) -> dict:
     """The ONNX graph against the PyTorch model on the same token ids (same batches, same padding)."""
-    import onnxruntime as ort
     import torch
 
     from compressor.batches import encode, iter_batches
 
-    session = ort.InferenceSession(model_file, providers=["CPUExecutionProvider"])
+    from .runtime import open_session
+
+    session = open_session(model_file)
     wanted = {i.name for i in session.get_inputs()}
     items = encode(tokenizer, examples, max_length, net.config)
     n_labels = net.config.num_labels

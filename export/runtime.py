@@ -20,9 +20,41 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnxruntime as ort
+from onnxruntime.capi import onnxruntime_pybind11_state as _ort_status
 from tokenizers import Tokenizer
 
 Text = Union[str, Tuple[str, str]]
+
+try:  # within the toolkit a bad export is one of its one-line errors; on an edge box, a ValueError
+    from compressor.errors import CompressorError as _ToolkitError
+except ImportError:
+    class _ToolkitError(Exception):
+        pass
+
+
+class ExportError(_ToolkitError, ValueError):
+    """An ONNX file or export folder that cannot be used; the message names the file."""
+
+
+def unreadable(path: str, exc: BaseException) -> ExportError:
+    """The error for an ONNX file that onnx or onnxruntime cannot load (truncated, corrupt, foreign)."""
+    text = " ".join(str(exc).split())
+    # onnxruntime: "[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from P failed:Protobuf parsing failed."
+    reason = (text.split(" failed:", 1)[1] if " failed:" in text else text).strip().rstrip(".")
+    if "INVALID_PROTOBUF" in text or type(exc).__name__ == "DecodeError":
+        reason = "truncated or corrupt: it does not parse"
+    return ExportError(f"{path} is not a readable ONNX model ({reason[:300]}); export the model again")
+
+
+def open_session(path: str, options=None, providers: Optional[list] = None) -> ort.InferenceSession:
+    """An onnxruntime session for ``path``: the one place the toolkit opens ONNX files to run them."""
+    if not os.path.isfile(path):
+        raise ExportError(f"ONNX model not found: {path}")
+    try:
+        return ort.InferenceSession(path, options, providers=providers or ["CPUExecutionProvider"])
+    except (_ort_status.InvalidProtobuf, _ort_status.InvalidGraph, _ort_status.InvalidArgument,
+            _ort_status.NoSuchFile, _ort_status.NotImplemented, _ort_status.Fail) as exc:
+        raise unreadable(path, exc) from None
 
 
 class Predictor:
@@ -43,7 +75,7 @@ class Predictor:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
         path = os.path.join(folder, model_file or self.manifest.get("model_file", "model.onnx"))
-        self.session = ort.InferenceSession(path, options, providers=providers or ["CPUExecutionProvider"])
+        self.session = open_session(path, options, providers)
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.tokenizer = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
         self.tokenizer.no_padding()
@@ -124,7 +156,7 @@ def main(argv: Optional[list] = None) -> int:
     args = parser.parse_args(argv)
     try:
         predictor = Predictor(args.folder, threads=args.threads)
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, ExportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     texts = [tuple(line.rstrip("\n").split("\t", 1)) if "\t" in line else line.rstrip("\n")

@@ -143,6 +143,7 @@ def read_glue_file(task: TaskSpec | str, path, split: str, limit: int | None = N
     ``guid`` is the file's index/id column, or the row's line number in the file.
     """
     task = get_task(task)
+    _check_limit(limit, split)
     path = str(path)
     examples: list[Example] = []
     layout = None
@@ -161,8 +162,10 @@ def read_glue_file(task: TaskSpec | str, path, split: str, limit: int | None = N
         label = _parse_label(task, row[label_idx], loc) if label_idx is not None else None
         guid = row[guid_idx].strip() if guid_idx is not None else str(lineno)
         examples.append(Example(texts, label, guid))
-    if layout is None and limit != 0:
+    if layout is None:
         raise CompressorError(f"{path}: empty file")
+    if not examples:
+        raise CompressorError(f"{path}: no data rows, only a header")
     return Dataset(task, split, examples, path)
 
 
@@ -187,6 +190,12 @@ def _glue_layout(task: TaskSpec, first: list, loc: str):
     return (True, names, idx, label_idx, guid_idx, ncols)
 
 
+def _check_limit(limit: int | None, split: str) -> None:
+    """A row limit keeps at least one row: 0 would leave nothing to train on or score."""
+    if limit is not None and limit < 1:
+        raise CompressorError(f"the {split} row limit must be at least 1, got {limit}")
+
+
 def _files_hint(task: TaskSpec) -> str:
     files = list(dict.fromkeys(task.splits.values()))
     return f"DIR/{task.folder}/{files[0]}" + "".join(f", {f}" for f in files[1:])
@@ -198,8 +207,7 @@ def load_split(task: TaskSpec | str, split: str = "dev", data_dir: str | None = 
     task = get_task(task)
     if split not in task.splits:
         raise CompressorError(f"unknown split '{split}' for task {task.name}; splits: {', '.join(task.splits) or '(none)'}")
-    if limit is not None and limit < 0:
-        raise CompressorError(f"limit must be >= 0, got {limit}")
+    _check_limit(limit, split)
     data_dir = resolve_data_dir(data_dir)
     if data_dir == EMBEDDED:
         if task.name != "sst2" or split not in ("train", "dev"):
@@ -303,6 +311,7 @@ def read_user_file(path, text_columns, label_column: str | None = None, task: Ta
     ``limit`` keeps the first N rows (the labels are still inferred from all of them).
     """
     path = str(path)
+    _check_limit(limit, split)
     text_columns = [text_columns] if isinstance(text_columns, str) else list(text_columns)
     if len(text_columns) not in (1, 2):
         raise CompressorError(f"need 1 or 2 text columns, got {len(text_columns)}: {', '.join(text_columns)}")

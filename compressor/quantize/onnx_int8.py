@@ -119,7 +119,9 @@ def _model_proto(path: str, optimize: bool):
     import onnx.helper
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-    model = onnx.load(path)
+    from export.onnx import load_graph
+
+    model = load_graph(path)
     if optimize:
         from onnxruntime.transformers.optimizer import optimize_model
 
@@ -252,7 +254,9 @@ def convert_fp16_onnx(src: str, dst: str) -> None:
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    model = convert_float_to_float16(onnx.load(src), keep_io_types=True)
+    from export.onnx import load_graph
+
+    model = convert_float_to_float16(load_graph(src), keep_io_types=True)
     onnx.save(model, dst)
 
 
@@ -260,7 +264,9 @@ def count_weights(path: str) -> int:
     """Elements of the graph's floating-point initializers: the model's parameters."""
     import onnx
 
-    model = onnx.load(path, load_external_data=False)
+    from export.onnx import load_graph
+
+    model = load_graph(path, load_external_data=False)
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
     return int(sum(np.prod(i.dims) for i in model.graph.initializer if i.data_type in floats))
 
@@ -269,6 +275,8 @@ def count_weights(path: str) -> int:
 
 def session(path: str, threads: Optional[int] = None, optimization: str = "all"):
     import onnxruntime as ort
+
+    from export.runtime import open_session
 
     options = ort.SessionOptions()
     if threads:
@@ -279,7 +287,7 @@ def session(path: str, threads: Optional[int] = None, optimization: str = "all")
         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
         "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}[optimization]
     options.log_severity_level = 3
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    return open_session(path, options)
 
 
 def onnx_logits(path_or_session, tokenizer, examples: Sequence, max_length: int,

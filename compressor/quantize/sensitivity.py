@@ -32,11 +32,11 @@ _LAYER = re.compile(r"layer[._/](\d+)")
 
 def quantizable_units(onnx_path: str, granularity: str = "matrix") -> "OrderedDict[str, List[str]]":
     """Unit name -> ONNX node names; a unit is one weight matrix or one encoder layer."""
-    import onnx
+    from export.onnx import load_graph
 
     if granularity not in ("matrix", "layer"):
         raise CompressorError(f"granularity must be matrix or layer, got {granularity!r}")
-    model = onnx.load(onnx_path, load_external_data=False)
+    model = load_graph(onnx_path, load_external_data=False)
     weights = {i.name for i in model.graph.initializer if len(i.dims) == 2}
     units: "OrderedDict[str, List[str]]" = OrderedDict()
     attention_index = 0
