@@ -23,7 +23,8 @@ def register(cli):
                   help="Peers applied to the teacher: pytorch-fp32, pytorch-int8, ort-fp32, ort-o2, "
                        "ort-o2-int8, inc-int8 (or none).")
     @click.option("--preset", default="auto", show_default=True,
-                  help="optimum quantisation preset for ort-o2-int8: auto (from the CPU flags), avx2, avx512, avx512_vnni.")
+                  help="Hardware preset for ort-o2-int8, as for compressor quantize: avx2, avx512_vnni, amx, arm64, "
+                       "auto (from the CPU flags).")
     @click.option("--engines", default="pytorch", show_default=True,
                   help="PyTorch engines for checkpoints: pytorch, pytorch-compile (export folders run on onnxruntime).")
     @click.option("--precisions", default="fp32", show_default=True, help="fp32, bf16, fp16 (CUDA), int8-dynamic.")

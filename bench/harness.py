@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from compressor.errors import CompressorError
-from compressor.quantize.presets import cpu_flags
+from compressor.quantize.presets import cpu_flags, detect_preset
 
 PT_ENGINES = ("pytorch", "pytorch-compile")
 ENGINES = PT_ENGINES + ("onnxruntime",)
@@ -374,13 +374,8 @@ def fingerprint(device: str = "cpu") -> dict:
 
 
 def cpu_preset(flags: Optional[set] = None) -> str:
-    """optimum's quantisation preset for this CPU: avx512_vnni, avx512 or avx2."""
-    flags = cpu_flags() if flags is None else flags
-    if "avx512_vnni" in flags:
-        return "avx512_vnni"
-    if "avx512f" in flags:
-        return "avx512"
-    return "avx2"
+    """The hardware preset ``auto`` picks on this CPU (compressor.quantize.presets)."""
+    return detect_preset(flags)
 
 
 # -- one benchmark over many variants --------------------------------------------

@@ -4,8 +4,8 @@
 - ``pytorch-int8``: ``torch.ao`` dynamic INT8 of every Linear;
 - ``ort-fp32``: the plain ONNX export under onnxruntime (its default graph optimisations);
 - ``ort-o2``: optimum's ``ORTOptimizer`` at O2 (transformer fusions, GELU approximation off);
-- ``ort-o2-int8``: that graph through optimum's ``ORTQuantizer``, dynamic INT8 with the preset
-  for this CPU (avx2, avx512 or avx512_vnni);
+- ``ort-o2-int8``: that graph through optimum's ``ORTQuantizer``, dynamic INT8 with optimum's
+  configuration for the hardware preset (the quantize stage's presets; ``auto``: this CPU's);
 - ``inc-int8``: Intel Neural Compressor static INT8 (PT2E, calibrated on training sentences),
   run through ``torch.compile`` as INC intends.
 """
@@ -19,10 +19,15 @@ from typing import List, Optional, Sequence
 from compressor.errors import CompressorError
 from compressor.io import atomic_dir
 
-from .harness import Spec, cpu_preset
+from compressor.quantize.presets import PRESET_NAMES, PRESETS, detect_preset
+
+from .harness import Spec
 
 PEERS = ("pytorch-fp32", "pytorch-int8", "ort-fp32", "ort-o2", "ort-o2-int8", "inc-int8")
 DEFAULT_PEERS = ("pytorch-fp32", "pytorch-int8", "ort-fp32", "ort-o2", "ort-o2-int8")
+# optimum's AutoQuantizationConfig for each hardware preset (it has none for AMX, which has VNNI)
+OPTIMUM_CONFIG = {"avx2": "avx2", "avx512_vnni": "avx512_vnni", "amx": "avx512_vnni", "arm64": "arm64"}
+assert set(OPTIMUM_CONFIG) == set(PRESETS), "every hardware preset needs an optimum configuration"
 
 
 def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_PEERS,
@@ -33,10 +38,9 @@ def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_P
     unknown = [p for p in peers if p not in PEERS]
     if unknown:
         raise CompressorError(f"unknown peer {unknown[0]!r}; peers: {', '.join(PEERS)}")
-    preset = cpu_preset() if preset == "auto" else preset
-    if preset not in ("avx2", "avx512", "avx512_vnni", "arm64"):
-        raise CompressorError(f"unknown quantisation preset {preset!r}; use auto, avx2, avx512, "
-                              "avx512_vnni or arm64")
+    if preset not in PRESET_NAMES:
+        raise CompressorError(f"unknown hardware preset {preset!r}; use {', '.join(PRESET_NAMES)}")
+    preset = detect_preset() if preset == "auto" else preset
     os.makedirs(work_dir, exist_ok=True)
     params = count_parameters(load_for_task(teacher_dir)[0])
     specs = []
@@ -110,7 +114,7 @@ def _ort_int8(o2_file: str, out: str, preset: str) -> str:
         typed = os.path.join(tmp, "typed.onnx")
         onnx.save(SymbolicShapeInference.infer_shapes(onnx.load(o2_file), auto_merge=True), typed)
         quantizer = ORTQuantizer.from_pretrained(tmp, file_name="typed.onnx")
-        config = getattr(AutoQuantizationConfig, preset)(is_static=False, per_channel=False)
+        config = getattr(AutoQuantizationConfig, OPTIMUM_CONFIG[preset])(is_static=False, per_channel=False)
         quantizer.quantize(config, save_dir=tmp, file_suffix=None)
         os.replace(typed, os.path.join(tmp, "model_optimized_quantized.onnx"))
     return target

@@ -2,24 +2,29 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List
 
+from compressor.quantize.presets import PRESET_NAMES
 from compressor.recipe.registry import TRAINABLE, register_stage
+from compressor.settings import at_least_one, not_negative, positive, setting
 
-from .peers import DEFAULT_PEERS
+from .harness import ENGINES
+from .peers import DEFAULT_PEERS, PEERS
 
 
 @dataclass
 class BenchStageConfig:
-    sentences: int = 200                   # dev sentences timed at batch 1 (real lengths)
-    warmup: int = 10
-    threads: List[int] = field(default_factory=lambda: [1])
-    batch_sizes: List[int] = field(default_factory=lambda: [32])   # throughput
-    throughput_batches: int = 4
-    peers: List[str] = field(default_factory=lambda: list(DEFAULT_PEERS))
-    preset: str = "auto"                   # optimum quantisation preset: auto, avx2, avx512, avx512_vnni
-    engines: List[str] = field(default_factory=lambda: ["pytorch"])   # for checkpoints; + pytorch-compile
+    sentences: int = setting(200, check=positive)   # dev sentences timed at batch 1 (real lengths)
+    warmup: int = setting(10, check=not_negative)
+    threads: List[int] = setting(default_factory=lambda: [1], check=at_least_one)
+    batch_sizes: List[int] = setting(default_factory=lambda: [32], check=at_least_one)   # throughput
+    throughput_batches: int = setting(4, check=positive)
+    peers: List[str] = setting(default_factory=lambda: list(DEFAULT_PEERS), choices=PEERS, what="peer")
+    # the ort-o2-int8 peer's hardware preset: the quantize stage's list (auto: this machine's)
+    preset: str = setting("auto", choices=PRESET_NAMES)
+    engines: List[str] = setting(default_factory=lambda: ["pytorch"], choices=ENGINES,
+                                 what="engine")   # for checkpoints; + pytorch-compile
     memory: bool = True                    # peak resident memory per variant (own process each)
 
 

@@ -6,6 +6,7 @@ import contextlib
 import torch
 
 from .errors import CompressorError
+from .settings import device_problem
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -13,6 +14,9 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 def resolve_device(name: str = "auto") -> torch.device:
     """``auto`` picks CUDA when present; asking for CUDA without it is an error, not a fallback."""
     name = (name or "auto").lower()
+    problem = device_problem(name)
+    if problem:
+        raise CompressorError(problem)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda"):
@@ -20,9 +24,7 @@ def resolve_device(name: str = "auto") -> torch.device:
             raise CompressorError(f"device '{name}' was asked for but this machine has no CUDA GPU "
                                   "that torch can use; pass --device cpu")
         return torch.device(name)
-    if name == "cpu":
-        return torch.device("cpu")
-    raise CompressorError(f"unknown device '{name}'; use auto, cpu or cuda[:N]")
+    return torch.device("cpu")
 
 
 def check_precision(precision: str, device: torch.device) -> str:

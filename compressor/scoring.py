@@ -154,7 +154,7 @@ def predict(model: str, input: str, output: str, task: Optional[str] = None,
         return predict_file(path, input, output, text_columns=text_columns, batch_size=batch_size)
     task_spec, meta = _task_for(path, task)
     max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
-    dataset = read_rows_to_label(input, task_spec, text_columns)
+    dataset = read_rows_to_label(input, task_spec, text_columns, output=output)
     dev = resolve_device(device)
     net, tokenizer = load_for_task(path, task_spec)
     net.to(dev)
@@ -162,20 +162,28 @@ def predict(model: str, input: str, output: str, task: Optional[str] = None,
                             desc="predict")
     preds = predictions_from_logits(logits, task_spec.is_regression)
     labels = [float(p) if task_spec.is_regression else task_spec.labels[int(p)] for p in preds]
-    write_predictions(output, dataset.examples, labels)
+    write_predictions(output, dataset.examples, labels, input=input)
     return {"input": input, "output": os.path.abspath(output), "rows": len(labels),
             "task": task_spec.name}
 
 
-def read_rows_to_label(input: str, task_spec, text_columns: Optional[Sequence[str]] = None):
-    """The rows of a file to label: a GLUE file in its task's layout, or a user's file by columns."""
+def read_rows_to_label(input: str, task_spec, text_columns: Optional[Sequence[str]] = None,
+                       output: Optional[str] = None):
+    """The rows of a file to label: a GLUE file in its task's layout, or a user's file by columns.
+
+    Every row is kept, an empty text too, so the predictions line up with the input row
+    for row. ``output``, when given, is checked first (:func:`check_output`).
+    """
     if not os.path.isfile(input):
         raise CompressorError(f"input file not found: {input}")
-    if text_columns or task_spec.name not in TASKS:
+    if output is not None:
+        check_output(input, output)
+    if text_columns or task_spec.name not in TASKS or not input.lower().endswith(".tsv"):
+        # the user's own file (CSV, JSONL, or a TSV with --text-column): columns by name
         dataset = read_user_file(input, list(text_columns or task_spec.text_fields), task=task_spec)
     else:
         split = "test" if os.path.basename(input).startswith("test") else "dev"
-        dataset = read_glue_file(task_spec, input, split)
+        dataset = read_glue_file(task_spec, input, split, to_label=True)
     if len(dataset.examples) == 0:
         raise CompressorError(f"{input} holds no rows to predict")
     if len(dataset.examples[0].texts) != len(task_spec.text_fields):
@@ -184,11 +192,35 @@ def read_rows_to_label(input: str, task_spec, text_columns: Optional[Sequence[st
     return dataset
 
 
-def write_predictions(output: str, examples: Sequence, labels: Sequence) -> None:
-    """``index<TAB>prediction`` rows, written whole or not at all (scores with 3 decimals)."""
+PREDICTIONS_HEADER = "index\tprediction"
+
+
+def check_output(input: str, output: str) -> None:
+    """Refuse to write predictions over the input file (by any path to it), or over any
+    existing file that is not a predictions file (a user's own file is never overwritten)."""
+    if not os.path.lexists(output):
+        return
+    if os.path.exists(input) and os.path.exists(output) and os.path.samefile(input, output):
+        raise CompressorError(f"--output {output} is the input file; write the predictions to another file")
+    try:
+        with open(output, encoding="utf-8", errors="replace") as f:
+            first = f.readline().rstrip("\r\n")
+    except OSError:
+        first = None
+    if first != PREDICTIONS_HEADER:
+        raise CompressorError(f"--output {output} already exists and is not a predictions file "
+                              "(index<TAB>prediction); choose another name or delete it")
+
+
+def write_predictions(output: str, examples: Sequence, labels: Sequence, input: Optional[str] = None) -> None:
+    """``index<TAB>prediction`` rows, written whole or not at all (scores with 3 decimals).
+
+    With ``input``, :func:`check_output` guards the file first."""
+    if input is not None:
+        check_output(input, output)
     buf = io.StringIO()
     writer = csv.writer(buf, delimiter="\t", lineterminator="\n")
-    writer.writerow(["index", "prediction"])
+    writer.writerow(PREDICTIONS_HEADER.split("\t"))
     for ex, label in zip(examples, labels):
         writer.writerow([ex.guid, f"{label:.3f}" if isinstance(label, float) else label])
     write_text(output, buf.getvalue())

@@ -21,6 +21,8 @@ from .batches import encode, iter_batches, to_device
 from .data import UserData, get_task, load_data
 from .device import PRECISIONS, autocast, check_precision, resolve_device
 from .errors import CompressorError
+from .settings import check_fields, not_negative, positive, setting
+from .settings import device as device_setting
 from .scoring import score
 from .io import versions
 from .metrics import task_score
@@ -32,31 +34,29 @@ from .progress import progress
 class TrainConfig:
     """Settings of one training run; the names are the recipe keys and CLI options."""
 
-    epochs: float = 3.0
-    lr: float = 5e-5
-    batch_size: int = 32
-    max_length: int = 128
+    epochs: float = setting(3.0, check=lambda v, name, c: _epochs(v, c))
+    lr: float = setting(5e-5, check=positive)
+    batch_size: int = setting(32, check=positive)
+    max_length: int = setting(128, check=positive)
     seed: int = 42
-    warmup: float = 0.1            # share of the steps spent warming up the learning rate
+    warmup: float = setting(0.1, check=lambda v, name, c: None if 0 <= v < 1 else  # share of the steps
+                            f"warmup is a share of the steps in [0, 1), got {v}")   # spent warming up the lr
     weight_decay: float = 0.01
-    grad_accum: int = 1
+    grad_accum: int = setting(1, check=positive)
     max_grad_norm: float = 1.0
-    eval_every: int = 0            # optimiser steps between dev evaluations; 0 = once per epoch
-    max_steps: int = 0             # stop after this many optimiser steps; 0 = no limit
-    device: str = "auto"
-    precision: str = "fp32"        # fp32, bf16 or fp16 (fp16 needs CUDA)
+    eval_every: int = setting(0, check=not_negative)   # optimiser steps between dev evaluations; 0 = once per epoch
+    max_steps: int = setting(0, check=not_negative)    # stop after this many optimiser steps; 0 = no limit
+    device: str = setting("auto", check=device_setting)
+    precision: str = setting("fp32", choices=PRECISIONS)   # fp32, bf16 or fp16 (fp16 needs CUDA)
 
     def check(self) -> None:
-        for name in ("lr", "batch_size", "max_length", "grad_accum"):
-            if getattr(self, name) <= 0:
-                raise CompressorError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.precision not in PRECISIONS:
-            raise CompressorError(
-                f"unknown precision '{self.precision}'; use one of {', '.join(PRECISIONS)}")
-        if self.epochs <= 0 and self.max_steps <= 0:
-            raise CompressorError("epochs must be positive (or set max_steps)")
-        if not 0 <= self.warmup < 1:
-            raise CompressorError(f"warmup is a share of the steps in [0, 1), got {self.warmup}")
+        check_fields(self)
+
+
+def _epochs(value, config) -> Optional[str]:
+    if value <= 0 and (config is None or config.max_steps <= 0):
+        return "epochs must be positive (or set max_steps)"
+    return None
 
 
 def set_seed(seed: int) -> None:
@@ -106,6 +106,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    weight_limit = max(WEIGHT_LIMIT, 100 * _largest_weight(model))
     scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
     generator = torch.Generator().manual_seed(config.seed)
 
@@ -139,6 +140,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
             bar.update(1)
             bar.set_postfix(loss=f"{loss.item() * config.grad_accum:.4f}", refresh=False)
             if step % eval_every == 0 or step == total_steps:
+                _check_weights(model, step, config, weight_limit)
                 entry = _evaluate(model, tokenizer, dev_set, config, device, step, start)
                 history.append(entry)
                 if best is None or entry["score"] > best["score"]:
@@ -154,6 +156,26 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
     model.eval()
     return {"history": history, "best": best, "steps": step,
             "train_time_s": round(time.perf_counter() - start, 2)}
+
+
+# No encoder's weights come near this; the first step at a learning rate like 1e6 sets them to ~1e6.
+WEIGHT_LIMIT = 1e4
+
+
+def _largest_weight(model) -> float:
+    return max((p.detach().abs().max().item() for p in model.parameters() if p.numel()), default=0.0)
+
+
+def _check_weights(model, step: int, config, limit: float) -> None:
+    """Refuse weights that are not finite or have blown up, before they are scored or saved."""
+    for name, p in model.named_parameters():
+        if p.numel() and not torch.isfinite(p).all():
+            raise CompressorError(f"training diverged at step {step} ({name} is not finite); "
+                                  f"the learning rate {config.lr:g} is probably too high")
+    largest = _largest_weight(model)
+    if largest > limit:
+        raise CompressorError(f"training diverged at step {step} (a weight reached {largest:.3g}); "
+                              f"the learning rate {config.lr:g} is probably too high")
 
 
 def _evaluate(model, tokenizer, dev_set, config, device, step, start) -> dict:

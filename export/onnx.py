@@ -346,10 +346,10 @@ def predict_file(folder: str, input: str, output: str, text_columns=None, batch_
 
     manifest = read_manifest(folder)
     task_spec = task_from_dict(manifest["task_spec"])
-    dataset = read_rows_to_label(input, task_spec, text_columns)
+    dataset = read_rows_to_label(input, task_spec, text_columns, output=output)
     predictor = Predictor(folder, threads=threads)
     texts = [ex.texts[0] if len(ex.texts) == 1 else tuple(ex.texts) for ex in dataset.examples]
     labels = predictor.predict(texts, batch_size)
-    write_predictions(output, dataset.examples, labels)
+    write_predictions(output, dataset.examples, labels, input=input)
     return {"input": input, "output": os.path.abspath(output), "rows": len(labels),
             "task": task_spec.name, "engine": "onnxruntime"}

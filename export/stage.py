@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from compressor.recipe.registry import TRAINABLE, register_stage
+from compressor.settings import at_least_one, setting
 
 ONNX_KIND = "onnx"
+EXPORTERS = ("auto", "optimum", "torch")
 
 
 @dataclass
@@ -16,8 +18,8 @@ class ExportConfig:
     opset: int = 17
     optimize: bool = True          # onnxruntime transformer fusions (Attention, SkipLayerNorm, ...)
     parity: bool = True            # compare with the PyTorch model on the dev split
-    exporter: str = "auto"         # auto (optimum, else torch.onnx), optimum, torch
-    threads: Optional[int] = None  # onnxruntime threads for scoring
+    exporter: str = setting("auto", choices=EXPORTERS)   # auto (optimum, else torch.onnx), optimum, torch
+    threads: Optional[int] = setting(None, check=at_least_one)  # onnxruntime threads for scoring
 
 
 @register_stage("export", ExportConfig, accepts=(TRAINABLE, ONNX_KIND), produces=ONNX_KIND)
@@ -25,7 +27,6 @@ def export_stage(ctx, config: ExportConfig) -> dict:
     """Export the current model to ONNX (model.onnx, tokenizer, manifest, parity.json) and score it."""
     from compressor.metrics import task_score
     from compressor.models import count_parameters, load_for_task
-    from compressor.errors import CompressorError
 
     from .onnx import export_onnx, is_export, read_manifest, score_onnx
 
@@ -37,8 +38,6 @@ def export_stage(ctx, config: ExportConfig) -> dict:
         manifest = read_manifest(ctx.out_dir)
         parameters = None
     else:
-        if config.exporter not in ("auto", "optimum", "torch"):
-            raise CompressorError(f"export: exporter must be auto, optimum or torch, got {config.exporter!r}")
         manifest = export_onnx(ctx.model_dir, ctx.out_dir, opset=config.opset, optimize=config.optimize,
                                parity=config.parity, examples=dev.examples)
         parameters = count_parameters(load_for_task(ctx.model_dir, ctx.task)[0])

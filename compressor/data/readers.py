@@ -106,9 +106,9 @@ def _parse_label(task: TaskSpec, raw, loc: str, allow_ids: bool = False):
     raise CompressorError(f"{loc}: label {_short(text)} is not one of {', '.join(task.labels)} (task {task.name})")
 
 
-def _check_text(value, column: str, loc: str) -> str:
+def _check_text(value, column: str, loc: str, allow_empty: bool = False) -> str:
     text = "" if value is None else str(value).rstrip()
-    if not text:
+    if not text and not allow_empty:
         raise CompressorError(f"{loc}: empty text in column '{column}'")
     return text
 
@@ -121,44 +121,61 @@ def _open(path):
         raise CompressorError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-def _rows(path, delimiter: str, quoting: int) -> Iterator[tuple[int, list]]:
-    """Yield (first line number, cells) for every non-blank row, as one-line errors."""
+def _rows(path, delimiter: str, quoting: int, keep_blank: bool = False) -> Iterator[tuple[int, list]]:
+    """Yield (first line number, cells) for every non-blank row, as one-line errors.
+
+    ``keep_blank``: blank rows between others are rows too (empty texts to label); blank
+    lines at the end of the file are not.
+    """
     with _open(path) as f:
         reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
-        last = 0
+        last, blanks = 0, []
         try:
             for row in reader:
                 start, last = last + 1, reader.line_num
                 if any(c.strip() for c in row):
+                    yield from blanks
+                    blanks = []
                     yield start, row
+                elif keep_blank:
+                    blanks.append((start, row))
         except csv.Error as e:
             raise CompressorError(f"{where(path, reader.line_num)}: {e}") from None
         except UnicodeDecodeError:
             raise CompressorError(f"{where(path, last + 1)}: not UTF-8 text") from None
 
 
-def read_glue_file(task: TaskSpec | str, path, split: str, limit: int | None = None) -> Dataset:
+def read_glue_file(task: TaskSpec | str, path, split: str, limit: int | None = None,
+                   to_label: bool = False) -> Dataset:
     """Read one GLUE TSV. Quoting is off because sentences contain bare ``"``.
 
     ``guid`` is the file's index/id column, or the row's line number in the file.
+    ``to_label``: rows to predict; an empty text or a blank line between rows is a row too.
     """
     task = get_task(task)
     _check_limit(limit, split)
     path = str(path)
     examples: list[Example] = []
     layout = None
-    for lineno, row in _rows(path, "\t", csv.QUOTE_NONE):
+    for lineno, row in _rows(path, "\t", csv.QUOTE_NONE, keep_blank=to_label):
         if limit is not None and len(examples) >= limit:
             break
         loc = where(path, lineno)
+        blank = not any(c.strip() for c in row)
+        if layout is None and blank:
+            continue
         if layout is None:
             layout = _glue_layout(task, row, loc)
             if layout[0]:
                 continue
         _, names, text_idx, label_idx, guid_idx, ncols = layout
+        if to_label:
+            label_idx = None  # rows to predict: a label column, if any, is not read
+            if blank:
+                row, guid_idx = [""] * max(ncols, len(row)), None
         if len(row) < ncols:
             raise CompressorError(f"{loc}: expected {ncols} tab-separated columns, found {len(row)}")
-        texts = tuple(_check_text(row[i], n, loc) for i, n in zip(text_idx, names))
+        texts = tuple(_check_text(row[i], n, loc, allow_empty=to_label) for i, n in zip(text_idx, names))
         label = _parse_label(task, row[label_idx], loc) if label_idx is not None else None
         guid = row[guid_idx].strip() if guid_idx is not None else str(lineno)
         examples.append(Example(texts, label, guid))
@@ -258,7 +275,7 @@ def _load_hub(task: TaskSpec, split: str, limit: int | None) -> Dataset:
     return Dataset(task, split, examples, f"hub:glue/{config}")
 
 
-def _user_rows(path: str, ext: str, required: list) -> Iterator[tuple[int, dict]]:
+def _user_rows(path: str, ext: str, required: list, keep_blank: bool = False) -> Iterator[tuple[int, dict]]:
     """Yield (line, record) for .tsv/.csv/.jsonl files, checking ``required`` columns/keys."""
     def missing(loc: str, have: list, kind: str) -> None:
         for col in required:
@@ -269,11 +286,16 @@ def _user_rows(path: str, ext: str, required: list) -> Iterator[tuple[int, dict]
         # TSV is read like GLUE's (no quoting: bare quotes in text); CSV uses normal quoting.
         quoting = csv.QUOTE_NONE if ext == ".tsv" else csv.QUOTE_MINIMAL
         header = None
-        for lineno, row in _rows(path, "\t" if ext == ".tsv" else ",", quoting):
+        for lineno, row in _rows(path, "\t" if ext == ".tsv" else ",", quoting, keep_blank):
+            blank = not any(c.strip() for c in row)
+            if header is None and blank:
+                continue
             if header is None:
                 header = [c.strip() for c in row]
                 missing(where(path, lineno), header, "column")
                 continue
+            if blank and len(row) != len(header):
+                row = [""] * len(header)  # a blank line is a row of empty texts
             if len(row) != len(header):
                 raise CompressorError(f"{where(path, lineno)}: found {len(row)} fields, the header has {len(header)}")
             yield lineno, dict(zip(header, row))
@@ -326,17 +348,21 @@ def read_user_file(path, text_columns, label_column: str | None = None, task: Ta
     if not os.path.isfile(path):
         raise CompressorError(f"no such file: {path}")
 
+    # rows to label (no label column): an empty text is still a row, so the predictions
+    # match the input row for row; a training or dev row needs its text
+    to_label = label_column is None
     rows = []
-    for lineno, rec in _user_rows(path, ext, text_columns + ([label_column] if label_column else [])):
+    for lineno, rec in _user_rows(path, ext, text_columns + ([label_column] if label_column else []),
+                                  keep_blank=to_label):
         loc = where(path, lineno)
-        texts = tuple(_check_text(rec[c], c, loc) for c in text_columns)
+        texts = tuple(_check_text(rec[c], c, loc, allow_empty=to_label) for c in text_columns)
         guid = next((str(rec[c]) for c in _ID_COLUMNS if c in rec and c not in text_columns), str(lineno))
         rows.append((loc, texts, rec[label_column] if label_column else None, guid))
     if not rows:
         raise CompressorError(f"{path}: no data rows")
 
     if task is None:
-        labels = () if label_column is None else _infer_labels([r[2] for r in rows])
+        labels = () if label_column is None else _infer_labels([r[2] for r in rows], path)
         task = custom_task(Path(path).stem, text_columns, labels)
     if label_column is None:
         examples = [Example(t, None, g) for _, t, _, g in rows]
@@ -345,8 +371,12 @@ def read_user_file(path, text_columns, label_column: str | None = None, task: Ta
     return Dataset(task, split, examples if limit is None else examples[:limit], path)
 
 
-def _infer_labels(raws: list) -> tuple | None:
-    """None (regression) if labels are non-integral numbers, else the sorted class names."""
+def _infer_labels(raws: list, path: str = "") -> tuple | None:
+    """None (regression) if labels are non-integral numbers, else the sorted class names.
+
+    Numbers mixed with names (``0/1`` with ``neg/pos``) are refused: they would make one
+    class per spelling, a model that cannot learn the task.
+    """
     def as_str(v) -> str:
         if isinstance(v, bool):
             v = int(v)
@@ -364,6 +394,13 @@ def _infer_labels(raws: list) -> tuple | None:
     names = {as_str(v) for v in raws}
     names.discard("")  # empty labels are reported row by row later
     nums = {s: as_num(s) for s in names}
+    numbers = sorted((s for s in names if nums[s] is not None), key=lambda s: nums[s])
+    words = sorted(s for s in names if nums[s] is None)
+    if numbers and words:
+        def few(values):
+            return ", ".join(values[:6]) + (", ..." if len(values) > 6 else "")
+        raise CompressorError(f"{path}: the labels mix numbers ({few(numbers)}) and names ({few(words)}); "
+                              "use one set of labels for each class")
     if names and all(x is not None for x in nums.values()):
         if not all(x.is_integer() for x in nums.values()):
             return None

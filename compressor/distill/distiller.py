@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -18,6 +18,7 @@ from ..metrics import task_score
 from ..models import (checkpoint_meta, count_parameters, load_for_task, resolve_model,
                       save_checkpoint, size_on_disk)
 from ..scoring import predict_logits, score
+from ..settings import not_negative, setting
 from ..train import TrainConfig, fit, set_seed
 from . import losses as L
 from .losses import INTERMEDIATE_LOSSES, LossConfig, layer_mapping, loss_config
@@ -28,19 +29,17 @@ from .students import StudentSpec, build_student, same_tokenizer, student_spec
 class DistillConfig(TrainConfig):
     """Training settings plus the student and the losses; the keys of the ``distill`` stage."""
 
-    student: dict = field(default_factory=lambda: {"kind": "layers", "num_layers": 3})
-    losses: dict = field(default_factory=dict)
-    intermediate_epochs: float = 0.0   # TinyBERT's two stages: this many epochs of layer losses first
+    student: dict = setting(default_factory=lambda: {"kind": "layers", "num_layers": 3},
+                            check=lambda v, name, c: student_spec(v) and None)
+    losses: dict = setting(default_factory=dict, check=lambda v, name, c: loss_config(v) and None)
+    intermediate_epochs: float = setting(0.0, check=not_negative)   # TinyBERT's two stages: this many epochs of layer losses first
     intermediate_lr: float = 0.0       # its learning rate; 0 = lr
     cache_teacher_logits: bool = True  # run the teacher once over the train set when only logits are needed
     teacher: str = "recipe"            # stage only: recipe (the recipe's teacher), input, or a folder
 
     def check(self) -> None:
         super().check()
-        self.student_spec()
         losses = self.loss_config()
-        if self.intermediate_epochs < 0:
-            raise CompressorError(f"intermediate_epochs must be >= 0, got {self.intermediate_epochs}")
         if self.intermediate_epochs and not any(getattr(losses, n) for n in INTERMEDIATE_LOSSES):
             raise CompressorError("intermediate_epochs needs a layer loss (hidden, embedding, "
                                   "attention, cosine or minilm) in losses")

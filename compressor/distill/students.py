@@ -10,6 +10,7 @@ from torch import nn
 
 from ..arch import ARCHITECTURES, arch_of
 from ..errors import CompressorError
+from ..settings import check_fields, setting
 from .small import CLASSES as SMALL_KINDS, build_small
 
 KINDS = ("layers", "config", "pretrained", "input") + tuple(SMALL_KINDS)
@@ -31,9 +32,13 @@ class StudentSpec:
     - ``input`` (recipe stage only): the stage's input model, trained on from the teacher.
     """
 
-    kind: str = "layers"
-    num_layers: int = 0            # layers, config: 0 = half the teacher's
-    pick: str = "every"            # layers: every, first or last
+    kind: str = setting("layers", check=lambda v, name, c: None if v in KINDS else
+                        f"student kind '{v}' is unknown; use {', '.join(KINDS)}")
+    num_layers: Optional[int] = setting(None, check=lambda v, name, c: None if v is None or v >= 1 else
+                                        "num_layers must be at least 1; leave it out for half "
+                                        "the teacher's layers")   # layers, config: None = half the teacher's
+    pick: str = setting("every", check=lambda v, name, c: None if v in LAYER_PICKS else
+                        f"student pick '{v}' is unknown; use {', '.join(LAYER_PICKS)}")  # layers: every, first or last
     layers: Optional[List[int]] = None  # layers: teacher layers to keep (overrides num_layers, pick)
     hidden_size: int = 0           # config: 0 = the teacher's; bilstm/cnn: LSTM units or filters
     heads: int = 0                 # config: 0 = the teacher's
@@ -45,16 +50,13 @@ class StudentSpec:
     init_embeddings: bool = True   # bilstm, cnn: start from the teacher's word embeddings (PCA)
 
     def check(self) -> None:
-        if self.kind not in KINDS:
-            raise CompressorError(f"student kind '{self.kind}' is unknown; use {', '.join(KINDS)}")
-        if self.kind == "layers" and self.pick not in LAYER_PICKS:
-            raise CompressorError(f"student pick '{self.pick}' is unknown; use {', '.join(LAYER_PICKS)}")
+        check_fields(self)
         if self.kind == "pretrained" and not self.model:
             raise CompressorError("student kind 'pretrained' needs model: a checkpoint folder or alias")
         if self.kind == "config" and self.model_type and self.model_type not in ARCHITECTURES:
             raise CompressorError(f"student model_type '{self.model_type}' is not registered; "
                                   f"use {', '.join(sorted(ARCHITECTURES))}")
-        for name in ("num_layers", "hidden_size", "heads", "ffn_size", "embedding_dim"):
+        for name in ("hidden_size", "heads", "ffn_size", "embedding_dim"):
             if getattr(self, name) < 0:
                 raise CompressorError(f"student {name} must be >= 0, got {getattr(self, name)}")
 

@@ -19,64 +19,62 @@ from typing import List, Optional
 
 from ..errors import CompressorError
 from ..io import versions, write_json
-from .presets import PRESETS, resolve_preset
+from ..settings import at_least_one, check_fields, not_negative, positive, setting, share
+from ..settings import device as device_setting
+from .presets import PRESET_NAMES, resolve_preset
 
 BACKENDS = {
     "onnxruntime": ("dynamic", "static", "qat", "mixed", "auto", "fp16"),
     "torchao": ("dynamic", "weight_only", "fp16", "bf16"),
     "inc": ("static", "dynamic"),
 }
+CALIBRATIONS = ("minmax", "entropy", "percentile")
+GRANULARITIES = ("matrix", "layer")
 RECORD_FILE = "quantize.json"
+
+
+def _method_problem(method, config) -> Optional[str]:
+    backend = getattr(config, "backend", "onnxruntime")
+    if backend in BACKENDS and method not in BACKENDS[backend]:
+        return (f"method '{method}' is not available with backend {backend}; "
+                f"it offers {', '.join(BACKENDS[backend])}")
+    return None
 
 
 @dataclass
 class QuantizeConfig:
     """Settings of one quantisation; the names are the recipe keys and CLI options."""
 
-    method: str = "dynamic"
-    backend: str = "onnxruntime"
-    preset: str = "avx2"                 # avx2, avx512_vnni, amx, arm64, auto (this machine's)
+    method: str = setting("dynamic", check=lambda v, name, c: _method_problem(v, c))
+    backend: str = setting("onnxruntime", choices=tuple(BACKENDS))
+    preset: str = setting("avx2", choices=PRESET_NAMES)   # avx2, avx512_vnni, amx, arm64, auto (this machine's)
     per_channel: Optional[bool] = None   # None: as the preset says
     symmetric_weights: Optional[bool] = None
     symmetric_activations: Optional[bool] = None
     reduce_range: Optional[bool] = None
     optimize: bool = False               # ONNX: ORT's BERT fusions first (export folders usually have them)
-    calibration: str = "minmax"          # static: minmax, entropy, percentile
-    calibration_samples: int = 128       # training rows for calibration (static, inc)
+    calibration: str = setting("minmax", choices=CALIBRATIONS)   # static: minmax, entropy, percentile
+    calibration_samples: int = setting(128, check=not_negative)  # training rows for calibration (static, inc)
     percentile: float = 99.999
-    smoothquant_alpha: float = 0.0       # inc: > 0 applies SmoothQuant with this alpha first
+    smoothquant_alpha: float = setting(0.0, check=share)  # inc: > 0 applies SmoothQuant with this alpha first
     exclude: List[str] = field(default_factory=list)   # ONNX node names / torch module names kept FP32
-    max_drop: float = 0.5                # mixed, auto: tolerated dev score drop (points)
-    granularity: str = "layer"           # mixed, auto: matrix or layer
+    max_drop: float = setting(0.5, check=not_negative)   # mixed, auto: tolerated dev score drop (points)
+    granularity: str = setting("layer", choices=GRANULARITIES)   # mixed, auto: matrix or layer
     # quantisation-aware training (method qat)
     epochs: float = 1.0
-    lr: float = 1e-5
-    batch_size: int = 32
-    max_length: int = 128
-    max_steps: int = 0
-    eval_every: int = 0
+    lr: float = setting(1e-5, check=positive)
+    batch_size: int = setting(32, check=positive)
+    max_length: int = setting(128, check=positive)
+    max_steps: int = setting(0, check=not_negative)
+    eval_every: int = setting(0, check=not_negative)
     distill_alpha: float = 0.5           # weight of the FP32 model's soft targets; 0: labels only
-    temperature: float = 2.0
-    device: str = "auto"
+    temperature: float = setting(2.0, check=positive)
+    device: str = setting("auto", check=device_setting)
     seed: int = 42
-    threads: Optional[int] = None        # onnxruntime threads when scoring
+    threads: Optional[int] = setting(None, check=at_least_one)   # onnxruntime threads when scoring
 
     def check(self) -> None:
-        if self.backend not in BACKENDS:
-            raise CompressorError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        if self.method not in BACKENDS[self.backend]:
-            raise CompressorError(f"method '{self.method}' is not available with backend {self.backend}; "
-                                  f"it offers {', '.join(BACKENDS[self.backend])}")
-        if self.preset not in PRESETS and self.preset != "auto":
-            raise CompressorError(f"preset must be one of {', '.join(PRESETS)} or auto, got {self.preset!r}")
-        if self.calibration not in ("minmax", "entropy", "percentile"):
-            raise CompressorError(f"calibration must be minmax, entropy or percentile, got {self.calibration!r}")
-        if self.granularity not in ("matrix", "layer"):
-            raise CompressorError(f"granularity must be matrix or layer, got {self.granularity!r}")
-        if self.calibration_samples < 0 or self.max_drop < 0:
-            raise CompressorError("calibration_samples and max_drop must not be negative")
-        if not 0 <= self.smoothquant_alpha < 1:
-            raise CompressorError(f"smoothquant_alpha must be in [0, 1), got {self.smoothquant_alpha}")
+        check_fields(self)
 
     def hardware(self):
         return resolve_preset(self.preset, self.per_channel, self.symmetric_weights,

@@ -54,6 +54,9 @@ PRESETS = {
                             description="ARMv8.2+ with sdot (s8 x s8)"),
 }
 
+# Every name a user may give (the one list: the quantize stage, the CLI and the bench peers).
+PRESET_NAMES = tuple(PRESETS) + ("auto",)
+
 
 def cpu_flags() -> set:
     """The CPU's feature flags as Linux reports them (empty elsewhere)."""
@@ -93,7 +96,7 @@ def resolve_preset(name: str, per_channel: Optional[bool] = None,
         preset = PRESETS[name]
     except KeyError:
         raise CompressorError(f"unknown hardware preset '{name}'; use one of "
-                              f"{', '.join(PRESETS)} or auto") from None
+                              f"{', '.join(PRESET_NAMES)}") from None
     overrides = {k: v for k, v in dict(per_channel=per_channel, symmetric_weights=symmetric_weights,
                                        symmetric_activations=symmetric_activations,
                                        reduce_range=reduce_range).items() if v is not None}

@@ -9,32 +9,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import CompressorError
 from ..recipe.registry import TRAINABLE, register_stage
-from .api import QuantizeConfig
+from ..settings import setting
+from .api import BACKENDS, QuantizeConfig
 from .torch_int8 import KIND as TORCH_KIND
 
 ONNX_KIND = "onnx"
 
 
+def _backend(allowed, other_stage):
+    """The backends a stage runs; one of another stage's names says which stage that is."""
+    def check(value, name, config=None):
+        if value in allowed:
+            return None
+        if value in BACKENDS:
+            return (f"backend {value} is the stage '{other_stage}'; this stage takes "
+                    f"{' or '.join(allowed)}")
+        return f"unknown backend {value!r}; use {', '.join(allowed)}"
+    return check
+
+
 @dataclass
 class OnnxQuantizeConfig(QuantizeConfig):
-    def check(self) -> None:
-        if self.backend != "onnxruntime":
-            raise CompressorError(f"backend {self.backend} is the stage 'quantize_torch'; the stage "
-                                  "quantize runs onnxruntime")
-        super().check()
+    backend: str = setting("onnxruntime", check=_backend(("onnxruntime",), "quantize_torch"))
 
 
 @dataclass
 class TorchQuantizeConfig(QuantizeConfig):
-    backend: str = "torchao"
-
-    def check(self) -> None:
-        if self.backend == "onnxruntime":
-            raise CompressorError("backend onnxruntime is the stage 'quantize'; quantize_torch takes "
-                                  "torchao or inc")
-        super().check()
+    backend: str = setting("torchao", check=_backend(("torchao", "inc"), "quantize"))
 
 
 def _run(ctx, config: QuantizeConfig) -> dict:

@@ -7,15 +7,16 @@ from ..device import resolve_device
 from ..metrics import task_score
 from ..models import count_parameters, load_for_task, read_meta, save_checkpoint
 from ..scoring import score
+from ..settings import device, positive, setting
 from ..train import TrainConfig, fit, set_seed
 from .registry import register_stage
 
 
 @dataclass
 class EvaluateConfig:
-    split: str = "dev"
-    batch_size: int = 64
-    device: str = "auto"
+    split: str = setting("dev", choices=("dev", "train"))   # the labelled splits a recipe has
+    batch_size: int = setting(64, check=positive)
+    device: str = setting("auto", check=device)
 
 
 @register_stage("finetune", TrainConfig)

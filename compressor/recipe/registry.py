@@ -10,9 +10,10 @@ import dataclasses
 import importlib
 import typing
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import CompressorError
+from ..settings import field_problems
 
 # A model "kind" says what later stages can do with it: "hf" is a trainable
 # transformers checkpoint; methods that make models which cannot be trained
@@ -70,36 +71,62 @@ def _load() -> None:
 
 # -- configs from recipe mappings -------------------------------------------
 
-def config_from_dict(cls, values: dict, defaults: Optional[dict] = None):
-    """Build ``cls`` from recipe values, or raise ``ValueError`` naming the bad key.
+class SettingsError(CompressorError):
+    """Every bad setting of one config: unknown keys, wrong types, values it does not take."""
 
-    ``defaults`` (recipe-wide settings such as device and seed) apply only to
-    fields the class has and the stage does not set.
+    def __init__(self, cls, unknown, invalid):
+        self.cls, self.unknown, self.invalid = cls, list(unknown), list(invalid)
+        super().__init__("; ".join(m for _, m in self.messages(cls.__name__)))
+
+    def messages(self, what: str) -> List[Tuple[str, str]]:
+        """``(key, message)`` per problem, in the order of the keys, each message naming ``what``."""
+        known = ", ".join(f.name for f in dataclasses.fields(self.cls))
+        return ([(key, f"{what} has no setting '{key}'; it takes {known}") for key in self.unknown]
+                + [(key, message if message.startswith(f"{what} ") else f"{what}: {message}")
+                   for key, message in self.invalid])
+
+
+def config_from_dict(cls, values: dict, defaults: Optional[dict] = None):
+    """Build ``cls`` from recipe values, or raise :class:`SettingsError` naming every bad key.
+
+    Each value must have its field's type and be one of the field's legal values
+    (``compressor.settings.setting``). ``defaults`` (recipe-wide settings such as
+    device and seed) apply only to fields the class has and the stage does not set.
     """
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in values if k not in names]
-    if unknown:
-        raise KeyError(unknown[0])
+    invalid = []
     kwargs = {k: v for k, v in (defaults or {}).items() if k in names}
     for key, value in values.items():
-        kwargs[key] = coerce(value, hints[key], key)
-    return cls(**kwargs)
+        if key in names:
+            try:
+                kwargs[key] = coerce(value, hints[key], key)
+            except ValueError as exc:
+                kwargs.pop(key, None)
+                invalid.append((key, str(exc)))
+    config = cls(**kwargs)
+    mistyped = {k for k, _ in invalid}
+    invalid += [(k, m) for k, m in field_problems(config) if k not in mistyped]
+    if unknown or invalid:
+        order = {k: i for i, k in enumerate(values)}
+        invalid.sort(key=lambda p: order.get(p[0], len(order)))
+        raise SettingsError(cls, unknown, invalid)
+    return config
 
 
 def nested_config(cls, values: Optional[dict], what: str):
     """Build ``cls`` from a mapping inside a stage's settings (``losses:``, ``student:``).
 
-    Every problem is one CompressorError that names ``what`` and, for an unknown key,
+    Every problem is in one CompressorError that names ``what`` and, for an unknown key,
     the keys ``cls`` takes.
     """
+    if values is not None and not isinstance(values, dict):
+        raise CompressorError(f"{what} must be a mapping, got {values!r}")
     try:
         return config_from_dict(cls, dict(values or {}))
-    except KeyError as exc:
-        known = ", ".join(f.name for f in dataclasses.fields(cls))
-        raise CompressorError(f"{what} has no setting '{exc.args[0]}'; it takes {known}") from None
-    except ValueError as exc:
-        raise CompressorError(f"{what}: {exc}") from None
+    except SettingsError as exc:
+        raise CompressorError("; ".join(m for _, m in exc.messages(what))) from None
 
 
 def config_to_dict(config) -> dict:

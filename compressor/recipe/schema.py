@@ -9,7 +9,8 @@ from typing import List, Optional
 from ..data import UserData, get_task
 from ..errors import CompressorError
 from ..train import TrainConfig
-from .registry import TRAINABLE, config_from_dict, get_stage
+from ..settings import device_problem
+from .registry import TRAINABLE, SettingsError, config_from_dict, get_stage
 from .yamlfile import LineDict, LineList, load_yaml, parse_yaml
 
 TOP_KEYS = ("name", "description", "task", "data", "teacher", "device", "seed", "stages")
@@ -107,8 +108,8 @@ def _build(doc, path: str, digest: str, device_override: Optional[str]) -> Recip
         problem(doc.line_of("seed"), f"seed must be an integer, got {seed!r}")
         seed = 42
     device = device_override or doc.get("device", "auto")
-    if not isinstance(device, str):
-        problem(doc.line_of("device"), f"device must be a string, got {device!r}")
+    if device_problem(device):
+        problem(doc.line_of("device"), ("--device: " if device_override else "") + device_problem(device))
         device = "auto"
 
     data_dir, train_limit, dev_limit = None, None, None
@@ -222,14 +223,9 @@ def _config(cls, settings, defaults, line, what, problem):
         return None
     try:
         config = config_from_dict(cls, settings, defaults)
-    except KeyError as exc:
-        key = exc.args[0]
-        known = ", ".join(f.name for f in cls.__dataclass_fields__.values())
-        problem(settings.line_of(key), f"{what} has no setting '{key}'; it takes {known}")
-        return None
-    except ValueError as exc:
-        bad = next((k for k in settings if str(exc).startswith(f"{k} ")), None)
-        problem(settings.line_of(bad) if bad else line, f"{what}: {exc}")
+    except SettingsError as exc:
+        for key, message in exc.messages(what):
+            problem(settings.line_of(key) if key in settings else line, message)
         return None
     check = getattr(config, "check", None)
     if check is not None:
