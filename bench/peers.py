@@ -30,16 +30,21 @@ OPTIMUM_CONFIG = {"avx2": "avx2", "avx512_vnni": "avx512_vnni", "amx": "avx512_v
 assert set(OPTIMUM_CONFIG) == set(PRESETS), "every hardware preset needs an optimum configuration"
 
 
-def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_PEERS,
-               preset: str = "auto", data_dir: Optional[str] = None) -> List[Spec]:
-    """Build the peers' models under ``work_dir`` (reused when already there) and describe them."""
-    from compressor.models import count_parameters, load_for_task, size_on_disk
-
+def check_peers(peers: Sequence[str], preset: str = "auto") -> None:
+    """Refuse an unknown peer or preset before anything is built or timed."""
     unknown = [p for p in peers if p not in PEERS]
     if unknown:
         raise CompressorError(f"unknown peer {unknown[0]!r}; peers: {', '.join(PEERS)}")
     if preset not in PRESET_NAMES:
         raise CompressorError(f"unknown hardware preset {preset!r}; use {', '.join(PRESET_NAMES)}")
+
+
+def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_PEERS,
+               preset: str = "auto", data_dir: Optional[str] = None) -> List[Spec]:
+    """Build the peers' models under ``work_dir`` (reused when already there) and describe them."""
+    from compressor.models import count_parameters, load_for_task, size_on_disk
+
+    check_peers(peers, preset)
     preset = detect_preset() if preset == "auto" else preset
     os.makedirs(work_dir, exist_ok=True)
     params = count_parameters(load_for_task(teacher_dir)[0])

@@ -82,6 +82,10 @@ def run_benchmark(models: Sequence[str] = (), teacher: Optional[str] = None,
 
         if not torch.cuda.is_available():
             raise CompressorError("device cuda asked for, but no CUDA device is available")
+    if teacher and peers:
+        from .peers import check_peers
+
+        check_peers(peers, preset)
     specs = list(specs or [])
     if teacher:
         specs += specs_for(teacher, "teacher", engines, precisions, device, group="teacher",

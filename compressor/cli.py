@@ -178,6 +178,8 @@ def recipe_validate(path):
     """Report every problem in a recipe, each with its line."""
     from .recipe import validate_recipe
 
+    if not os.path.isfile(path):
+        raise CompressorError(f"recipe not found: {path}")
     problems = validate_recipe(path)
     if problems:
         for p in problems:
@@ -251,8 +253,16 @@ def main(argv=None):
     except click.exceptions.Abort:
         click.echo("interrupted: run the same command again to resume", err=True)
         sys.exit(130)
+    except getattr(click.exceptions, "NoArgsIsHelpError", ()) as exc:
+        click.echo(exc.format_message())  # a bare group: its help, as click shows it
+        sys.exit(0)
+    except click.UsageError as exc:
+        # click's usage block is four lines; a user needs the one that says what is wrong
+        command = exc.ctx.command_path if exc.ctx is not None else "compressor"
+        click.echo(f"error: {command}: {exc.format_message()} (see {command} --help)", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted: run the same command again to resume", err=True)

@@ -88,6 +88,7 @@ def _run_locked(recipe: Recipe, out: str, data_dir, log, previous: Optional[dict
 
     teacher_finetune = asdict(recipe.teacher_finetune) if recipe.teacher_finetune else None
     teacher_source = resolve_model(recipe.teacher_model)
+    _check_teacher(recipe, teacher_source)
     fingerprint = _digest({**base, "stage": "teacher", "model": _model_key(teacher_source),
                            "finetune": teacher_finetune})
     record = _run_stage(out, "00-teacher", fingerprint, log, lambda ctx: _teacher(ctx, recipe),
@@ -171,6 +172,17 @@ def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
     return record
 
 
+def _check_teacher(recipe: Recipe, source: str) -> None:
+    """Before anything runs: the teacher loads, and has a task head unless it is fine-tuned first."""
+    config = load_config(source)
+    is_classifier = any(a.endswith("ForSequenceClassification")
+                        for a in (getattr(config, "architectures", None) or []))
+    if recipe.teacher_finetune is None and not is_classifier:
+        raise CompressorError(
+            f"teacher {recipe.teacher_model} is a base encoder with no task head; "
+            "add teacher.finetune settings to the recipe to fine-tune it first")
+
+
 def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
     """Fine-tune the base model, or score the given checkpoint, to fix the teacher's score."""
     from ..device import resolve_device
@@ -178,14 +190,7 @@ def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
     from ..models import load_for_task
     from ..scoring import score
 
-    config = load_config(ctx.model_dir)
-    is_classifier = any(a.endswith("ForSequenceClassification")
-                        for a in (getattr(config, "architectures", None) or []))
     if recipe.teacher_finetune is None:
-        if not is_classifier:
-            raise CompressorError(
-                f"teacher {recipe.teacher_model} is a base encoder with no task head; "
-                "add teacher.finetune settings to the recipe to fine-tune it first")
         net, tokenizer = load_for_task(ctx.model_dir, ctx.task)
         max_length = read_meta(ctx.model_dir).get("max_length", 128)
         metrics = score(net, tokenizer, ctx.split("dev"), max_length,
