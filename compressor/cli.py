@@ -238,10 +238,26 @@ def _add_commands():
 _add_commands()
 
 
+def _terminate_like_ctrl_c():
+    """SIGTERM unwinds like Ctrl-C, so every temporary folder is removed on the way out."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        from .recipe.guard import Terminated
+
+        def raise_terminated(signum, frame):
+            raise Terminated()
+
+        return signal.signal(signal.SIGTERM, raise_terminated)
+    return None
+
+
 def main(argv=None):
     """Entry point: a user's mistake is one line on stderr and exit status 1, never a traceback."""
     # transformers' advice ("You should probably TRAIN this model...") is noise at a command line
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    previous = _terminate_like_ctrl_c()
     try:
         code = cli.main(args=argv, prog_name="compressor", standalone_mode=False)
         if isinstance(code, int) and code:
@@ -267,6 +283,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         click.echo("interrupted: run the same command again to resume", err=True)
         sys.exit(130)
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

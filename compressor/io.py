@@ -93,12 +93,28 @@ def read_json(path: str):
         raise CompressorError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
 
 
+def check_output_dir(path: str, overwrite: bool = False) -> None:
+    """Refuse to write over a file or a non-empty folder unless the user said ``--overwrite``.
+
+    An empty folder is fine (the user may have made it for us); a user's files are
+    never replaced by accident.
+    """
+    if overwrite or not os.path.lexists(path):
+        return
+    if not os.path.isdir(path):
+        raise CompressorError(f"output {path} is a file, not a folder")
+    if os.listdir(path):
+        raise CompressorError(f"output folder {path} is not empty; pass --overwrite or choose another")
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str, overwrite: bool = True) -> Iterator[str]:
-    """Yield a temporary folder that replaces ``path`` only once the block succeeds."""
+    """Yield a temporary folder that replaces ``path`` only once the block succeeds.
+
+    With ``overwrite=False`` an existing file or non-empty folder is refused.
+    """
     path = os.path.abspath(path)
-    if os.path.exists(path) and not overwrite:
-        raise CompressorError(f"{path} already exists")
+    check_output_dir(path, overwrite)
     parent = os.path.dirname(path)
     try:
         os.makedirs(parent, exist_ok=True)

@@ -24,7 +24,7 @@ from .errors import CompressorError
 from .settings import check_fields, not_negative, positive, setting
 from .settings import device as device_setting
 from .scoring import score
-from .io import versions
+from .io import check_output_dir, versions
 from .metrics import task_score
 from .models import checkpoint_meta, count_parameters, load_for_task, save_checkpoint
 from .progress import progress
@@ -200,8 +200,7 @@ def finetune(model: str, task: Optional[str], out: str, data_dir: Optional[str] 
         task_spec = get_task(task)
     else:
         raise CompressorError("give a GLUE task (--task) or your own files (--train-file, --dev-file)")
-    if os.path.exists(out) and os.listdir(out) and not overwrite:
-        raise CompressorError(f"output folder {out} is not empty; pass --overwrite or choose another")
+    check_output_dir(out, overwrite)
     resolve_device(config.device)
     train_set = load_data(task_spec, "train", data_dir, train_limit, user_data)
     dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)

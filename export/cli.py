@@ -19,14 +19,17 @@ def register(cli):
                   show_default=True)
     @click.option("--data-dir", envvar="GLUE_DIR", default=None, show_envvar=True,
                   help="Folder in GLUE's layout, or 'embedded', for the parity check.")
-    def export_cmd(model, out, task, opset, optimize, parity, parity_limit, exporter, data_dir):
+    @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
+    def export_cmd(model, out, task, opset, optimize, parity, parity_limit, exporter, data_dir,
+                   overwrite):
         """Export MODEL to ONNX: model.onnx, tokenizer, config, manifest.json, parity.json."""
         import os
 
         from export.onnx import export_onnx
 
         manifest = export_onnx(model, out, task=task, opset=opset, optimize=optimize, parity=parity,
-                               data_dir=data_dir, parity_limit=parity_limit, exporter=exporter)
+                               data_dir=data_dir, parity_limit=parity_limit, exporter=exporter,
+                               overwrite=overwrite)
         fusions = (manifest.get("optimization") or {}).get("fusions")
         click.echo(f"exported with {manifest['exporter']} (opset {opset}): {os.path.abspath(out)}")
         if fusions is not None:

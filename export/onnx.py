@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from compressor.errors import CompressorError
-from compressor.io import atomic_dir, is_disk_full, read_json, versions, write_json
+from compressor.io import atomic_dir, check_output_dir, is_disk_full, read_json, versions, write_json
 
 MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
@@ -36,7 +36,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_m
 def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset: int = DEFAULT_OPSET,
                 optimize: bool = True, parity: bool = True, data_dir: Optional[str] = None,
                 parity_limit: Optional[int] = None, exporter: str = "auto",
-                overwrite: bool = True, examples=None) -> dict:
+                overwrite: bool = False, examples=None) -> dict:
     """Export ``model_dir`` (a toolkit or Hugging Face checkpoint) to the folder ``out_dir``.
 
     ``optimize`` runs onnxruntime's transformer optimizer (Attention,
@@ -53,6 +53,7 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
 
     if exporter not in ("auto", "optimum", "torch"):
         raise CompressorError(f"exporter must be auto, optimum or torch, got {exporter!r}")
+    check_output_dir(out_dir, overwrite)
     path = resolve_model(model_dir)
     task_spec, meta = _task_for(path, task)
     net, tokenizer = load_for_task(path, task_spec)

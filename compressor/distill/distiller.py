@@ -13,7 +13,7 @@ from ..arch import arch_of
 from ..data import load_data
 from ..device import resolve_device
 from ..errors import CompressorError
-from ..io import versions
+from ..io import check_output_dir, versions
 from ..metrics import task_score
 from ..models import (checkpoint_meta, count_parameters, load_for_task, resolve_model,
                       save_checkpoint, size_on_disk)
@@ -334,8 +334,7 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     config.check()
     teacher_path = resolve_model(teacher)
     task_spec, _ = _task_for(teacher_path, task)
-    if os.path.exists(out) and os.listdir(out) and not overwrite:
-        raise CompressorError(f"output folder {out} is not empty; pass --overwrite or choose another")
+    check_output_dir(out, overwrite)
     device = resolve_device(config.device)
     train_set = load_data(task_spec, "train", data_dir, train_limit, user_data)
     dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)

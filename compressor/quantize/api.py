@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
 from ..errors import CompressorError
-from ..io import versions, write_json
+from ..io import check_output_dir, versions, write_json
 from ..settings import at_least_one, check_fields, not_negative, positive, setting, share
 from ..settings import device as device_setting
 from .presets import PRESET_NAMES, resolve_preset
@@ -86,7 +86,8 @@ class QuantizeConfig:
 
 
 def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task: Optional[str] = None,
-             data_dir: Optional[str] = None, train_set=None, dev_set=None, meta: Optional[dict] = None) -> dict:
+             data_dir: Optional[str] = None, train_set=None, dev_set=None, meta: Optional[dict] = None,
+             overwrite: bool = False) -> dict:
     """Quantise ``model`` (a checkpoint or an ONNX export folder) into the folder ``out``.
 
     The dev split is scored when it can be loaded (``dev_set`` or the task's
@@ -100,6 +101,7 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
 
     config = config or QuantizeConfig()
     config.check()
+    check_output_dir(out, overwrite)
     if not os.path.isdir(model):
         from ..models import resolve_model
 

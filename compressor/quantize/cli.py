@@ -57,8 +57,9 @@ def register(cli):
                   help="GLUE folder (or 'embedded') for the dev score and calibration/training rows.")
     @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
     @click.option("--dev-limit", type=int, default=None, help="Score only the first N dev rows.")
+    @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
     @_options
-    def quantize_command(model, out, task, data_dir, train_limit, dev_limit, **kwargs):
+    def quantize_command(model, out, task, data_dir, train_limit, dev_limit, overwrite, **kwargs):
         """Quantise a checkpoint or ONNX export folder (INT8, mixed precision, FP16/BF16)."""
         from ..data import load_split
         from ..scoring import _task_for
@@ -69,11 +70,12 @@ def register(cli):
         config.check()
         task_spec, _ = _task_for(model, task) if os.path.isdir(model) else (None, None)
         train = dev = None
-        if task_spec is not None and (train_limit or dev_limit):
-            if train_limit:
+        if task_spec is not None and (train_limit is not None or dev_limit is not None):
+            if train_limit is not None:
                 train = load_split(task_spec, "train", data_dir=data_dir, limit=train_limit)
             dev = load_split(task_spec, "dev", data_dir=data_dir, limit=dev_limit)
-        record = quantize(model, out, config, task=task, data_dir=data_dir, train_set=train, dev_set=dev)
+        record = quantize(model, out, config, task=task, data_dir=data_dir, train_set=train, dev_set=dev,
+                          overwrite=overwrite)
         if record.get("metrics"):
             metrics = ", ".join(f"{k} {v:.4f}" for k, v in record["metrics"].items())
             click.echo(f"{record['task']} dev: {metrics} ({record['examples']} examples, "
