@@ -39,7 +39,7 @@ def export_stage(ctx, config: ExportConfig) -> dict:
         parameters = None
     else:
         manifest = export_onnx(ctx.model_dir, ctx.out_dir, opset=config.opset, optimize=config.optimize,
-                               parity=config.parity, examples=dev.examples)
+                               parity=config.parity, exporter=config.exporter, examples=dev.examples)
         parameters = count_parameters(load_for_task(ctx.model_dir, ctx.task)[0])
     metrics = score_onnx(ctx.out_dir, dev, threads=config.threads)
     record = {"metrics": metrics, "score": task_score(ctx.task, metrics), "split": "dev",
