@@ -30,10 +30,25 @@ def tiny_config(model_type: str):
                                              max_position_embeddings=130)
     if model_type == "mpnet":
         return transformers.MPNetConfig(**TINY, pad_token_id=0)
+    if model_type == "electra":
+        # embeddings narrower than the layers: ELECTRA projects them up
+        return transformers.ElectraConfig(**TINY, embedding_size=16)
+    if model_type in ("xlm-roberta", "camembert"):
+        cls = transformers.XLMRobertaConfig if model_type == "xlm-roberta" else transformers.CamembertConfig
+        return cls(**TINY, pad_token_id=0, bos_token_id=101, eos_token_id=102, type_vocab_size=1)
+    if model_type == "modernbert":
+        # a local window of 8 tokens is narrower than the test sentences: layer 1 attends
+        # globally, layer 2 locally; no torch.compile on the CPU
+        return transformers.ModernBertConfig(**TINY, pad_token_id=0, cls_token_id=101,
+                                             sep_token_id=102, bos_token_id=101, eos_token_id=102,
+                                             local_attention=8, global_attn_every_n_layers=2,
+                                             reference_compile=False)
     raise ValueError(model_type)
 
 
 ARCHS = ("bert", "roberta", "distilbert", "mpnet")
+# checked end to end in test_architectures.py alone, so the suite's parametrised tests stay fast
+NEW_ARCHS = ("electra", "xlm-roberta", "camembert", "modernbert")
 
 
 @pytest.fixture(scope="session")

@@ -104,14 +104,13 @@ class _Capture:
     def __init__(self, model, layer_index: int):
         spec = arch_of(model)
         layer = spec.get_layers(model)[layer_index]
-        parts = spec.attention(layer)
         self.values: Dict[str, torch.Tensor] = {}
-        self.handles = [parts[name].register_forward_hook(self._keep(short))
-                        for name, short in (("query", "q"), ("key", "k"), ("value", "v"))]
+        self.handles = [linear.register_forward_hook(self._keep(names))
+                        for linear, names in spec.qkv_projections(layer)]
 
-    def _keep(self, short):
+    def _keep(self, names):
         def hook(module, inputs, output):
-            self.values[short] = output
+            self.values.update(zip(names, output.chunk(len(names), dim=-1)))
         return hook
 
     def close(self):
