@@ -24,9 +24,9 @@ from compressor.train import TrainConfig, finetune
 # student trained on labels alone is the teacher's fine-tuning recipe applied to the student.
 PLAIN = dict(epochs=3, lr=5e-5, batch_size=32, max_length=128, warmup=0.0, weight_decay=0.0,
              eval_every=500)
-LABELS = {"kd": 0, "task": 1}                      # no teacher: the fine-tuning baseline
-KD = {"kd": 1, "temperature": 2}                   # soft targets (cached teacher logits)
-KD_HIDDEN = {"kd": 1, "temperature": 2, "hidden": 1, "hidden_mapping": "uniform"}
+LABELS = {"task": 1}                                # no teacher: the fine-tuning baseline
+KD = {"kd": {"weight": 1, "temperature": 2}}        # soft targets (cached teacher logits)
+KD_HIDDEN = {**KD, "hidden": {"weight": 1, "mapping": "uniform"}}
 
 EXPERIMENTS = {
     # same width, fewer layers, initialised from teacher layers 1,3,5 (DistilBERT's pick)
@@ -42,13 +42,13 @@ EXPERIMENTS = {
                           "ffn_size": 1200}, LABELS, dict(lr=1e-4, warmup=0.1)),
         ("4L312-tinybert", {"kind": "config", "num_layers": 4, "hidden_size": 312, "heads": 12,
                             "ffn_size": 1200},
-         {"kd": 1, "hidden": 1, "embedding": 1, "attention": 1, "hidden_mapping": "uniform"},
+         {"kd": 1, "hidden": 1, "embedding": 1, "attention": 1},
          dict(lr=1e-4, warmup=0.1, intermediate_epochs=2, intermediate_lr=2e-4))],
     # Tang et al.: a BiLSTM over the teacher's word pieces, trained on the teacher's logits
     "bilstm": [("bilstm-labels", {"kind": "bilstm", "embedding_dim": 64, "hidden_size": 128},
                 LABELS, dict(lr=2e-3, epochs=5, batch_size=64, weight_decay=0.01)),
                ("bilstm-kd", {"kind": "bilstm", "embedding_dim": 64, "hidden_size": 128},
-                {"kd": 0, "logits_mse": 1}, dict(lr=2e-3, epochs=5, batch_size=64, weight_decay=0.01))],
+                {"logits_mse": 1}, dict(lr=2e-3, epochs=5, batch_size=64, weight_decay=0.01))],
 }
 
 

@@ -9,7 +9,8 @@ import transformers
 
 from compressor.distill import DistillConfig, distill, layer_mapping
 from compressor.distill import losses as L
-from compressor.distill.students import StudentSpec, build_student, teacher_layers_to_keep
+from compressor.distill.students import (ConfigStudent, LayersStudent, build_student, student_config,
+                                         teacher_layers_to_keep)
 from compressor.errors import CompressorError
 from compressor.models import count_parameters, load_for_task
 from conftest import write_reviews
@@ -97,33 +98,36 @@ def test_layer_mappings():
 
 
 def test_loss_config_checks_and_stages():
-    config = L.loss_config({"kd": 1, "hidden": 2, "attention": 1, "temperature": "2"})
-    assert config.temperature == 2.0
+    from compressor.settings import from_values
+
+    config = from_values(L.Losses, {"kd": {"weight": 1, "temperature": "2"}, "hidden": 2, "attention": 1},
+                         "losses")
+    assert config["kd"].temperature == 2.0
     first, second = config.intermediate_only(), config.prediction_only()
-    assert (first.kd, first.hidden, first.attention) == (0, 2, 1)
-    assert (second.kd, second.hidden, second.attention) == (1, 0, 0)
+    assert list(first) == ["hidden", "attention"] and first["hidden"].weight == 2
+    assert list(second) == ["kd"]
     for bad, message in (({"kd": -1}, "losses.kd"), ({"kd": 0}, "every weight is 0"),
-                         ({"hiden": 1}, "no setting 'hiden'"),
-                         ({"hidden_mapping": "middle"}, "hidden_mapping"),
-                         ({"attention_loss": "l1"}, "attention_loss"),
-                         ({"minilm_relations": ["qv"]}, "minilm_relations")):
+                         ({"hiden": 1}, "unknown loss 'hiden'"),
+                         ({"hidden": {"mapping": "middle"}}, "hidden.mapping"),
+                         ({"attention": {"measure": "l1"}}, "measure"),
+                         ({"minilm": {"relations": ["qv"]}}, "relation 'qv'")):
         with pytest.raises(CompressorError, match=message):
-            L.loss_config(bad)
+            from_values(L.Losses, bad, "losses")
 
 
 # -- students -------------------------------------------------------------------
 
 def test_layer_picks():
-    spec = StudentSpec(num_layers=3)
+    spec = LayersStudent(num_layers=3)
     assert teacher_layers_to_keep(spec, 6) == [1, 3, 5]         # DistilBERT: every other layer
-    assert teacher_layers_to_keep(StudentSpec(num_layers=4), 12) == [1, 4, 7, 10]
-    assert teacher_layers_to_keep(StudentSpec(num_layers=3, pick="first"), 6) == [1, 2, 3]
-    assert teacher_layers_to_keep(StudentSpec(num_layers=2, pick="last"), 6) == [5, 6]
-    assert teacher_layers_to_keep(StudentSpec(layers=[2, 6]), 6) == [2, 6]
+    assert teacher_layers_to_keep(LayersStudent(num_layers=4), 12) == [1, 4, 7, 10]
+    assert teacher_layers_to_keep(LayersStudent(num_layers=3, pick="first"), 6) == [1, 2, 3]
+    assert teacher_layers_to_keep(LayersStudent(num_layers=2, pick="last"), 6) == [5, 6]
+    assert teacher_layers_to_keep(LayersStudent(layers=[2, 6]), 6) == [2, 6]
     with pytest.raises(CompressorError, match="teacher layer 7"):
-        teacher_layers_to_keep(StudentSpec(layers=[7]), 6)
+        teacher_layers_to_keep(LayersStudent(layers=[7]), 6)
     with pytest.raises(CompressorError, match="exceeds"):
-        teacher_layers_to_keep(StudentSpec(num_layers=8), 6)
+        teacher_layers_to_keep(LayersStudent(num_layers=8), 6)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +152,7 @@ def test_layer_student_copies_the_chosen_teacher_layers(teachers, arch):
     from compressor.data import get_task
 
     teacher, tok = load_for_task(teachers[arch], get_task("sst2"))
-    student, _, made = build_student(StudentSpec(layers=[2]), teacher, tok, get_task("sst2"))
+    student, _, made = build_student(LayersStudent(layers=[2]), teacher, tok, get_task("sst2"))
     spec = arch_of(student)
     assert made["teacher_layers"] == [2] and spec.num_layers(student.config) == 1
     s_layer, t_layer = spec.get_layers(student)[0], spec.get_layers(teacher)[1]
@@ -170,26 +174,24 @@ def test_narrow_student_and_other_architecture(teachers):
     from compressor.data import get_task
 
     teacher, tok = load_for_task(teachers["bert"], get_task("sst2"))
-    spec = StudentSpec(kind="config", num_layers=1, hidden_size=24, heads=3, ffn_size=40)
+    spec = ConfigStudent(num_layers=1, hidden_size=24, heads=3, ffn_size=40)
     student, _, _ = build_student(spec, teacher, tok, get_task("sst2"))
     assert (student.config.hidden_size, student.config.num_hidden_layers,
             student.config.num_attention_heads, student.config.intermediate_size) == (24, 1, 3, 40)
-    other, _, made = build_student(StudentSpec(kind="config", model_type="distilbert", num_layers=1,
+    other, _, made = build_student(ConfigStudent(model_type="distilbert", num_layers=1,
                                                hidden_size=16, heads=2), teacher, tok, get_task("sst2"))
     assert made["model_type"] == "distilbert" and arch_of(other).hidden_size(other.config) == 16
     with pytest.raises(CompressorError, match="does not split"):
-        build_student(StudentSpec(kind="config", hidden_size=30, heads=4), teacher, tok,
+        build_student(ConfigStudent(hidden_size=30, heads=4), teacher, tok,
                       get_task("sst2"))
 
 
 def test_bad_student_specs():
-    from compressor.distill.students import student_spec
-
     for values, message in (({"kind": "gru"}, "kind 'gru'"), ({"kind": "pretrained"}, "needs model"),
                             ({"pick": "middle"}, "pick"), ({"layres": [1]}, "no setting 'layres'"),
                             ({"kind": "config", "model_type": "gpt2"}, "not registered")):
         with pytest.raises(CompressorError, match=message):
-            student_spec(values)
+            student_config(values)
 
 
 # -- end to end -------------------------------------------------------------------
@@ -220,16 +222,15 @@ def _agreement(a, b, tok, examples):
 def test_distillation_improves_the_student(trained_teacher, tmp_path):
     """One teacher layer on a 1-layer student, soft targets plus hidden MSE: far above chance."""
     from compressor.data import load_data
-    from compressor.distill.students import student_spec
 
     teacher_dir, data = trained_teacher
     config = DistillConfig(epochs=3, lr=3e-3, **QUICK, student={"kind": "config", "num_layers": 1},
-                           losses={"kd": 1, "temperature": 2, "hidden": 1, "attention": 1})
+                           losses={"kd": {"weight": 1, "temperature": 2}, "hidden": 1, "attention": 1})
     teacher, tok = load_for_task(teacher_dir, attn_implementation="eager")
     task = load_data(data.task(), "dev", user_data=data).task
     dev = load_data(task, "dev", user_data=data)
     torch.manual_seed(42)
-    untrained, _, _ = build_student(student_spec(config.student), teacher, tok, task)
+    untrained, _, _ = build_student(config.student, teacher, tok, task)
     record = distill(teacher_dir, str(tmp_path / "student"), config=config, user_data=data)
     assert record["teacher_score"] > 95
     student, _ = load_for_task(str(tmp_path / "student"))
@@ -262,7 +263,7 @@ def test_minilm_and_cosine_losses_train(trained_teacher, tmp_path):
     teacher_dir, data = trained_teacher
     config = DistillConfig(epochs=2, lr=3e-3, **QUICK,
                            student={"kind": "config", "num_layers": 1, "hidden_size": 16, "heads": 2},
-                           losses={"kd": 0, "task": 1, "minilm": 1, "cosine": 1})
+                           losses={"task": 1, "minilm": 1, "cosine": 1})
     record = distill(teacher_dir, str(tmp_path / "s"), config=config, user_data=data)
     assert record["score"] > 80
 
@@ -274,7 +275,7 @@ def test_small_student_learns_and_loads_like_any_checkpoint(trained_teacher, tmp
     teacher_dir, data = trained_teacher
     config = DistillConfig(epochs=3, lr=1e-2, **QUICK,
                            student={"kind": kind, "embedding_dim": 16, "hidden_size": 16},
-                           losses={"kd": 0, "logits_mse": 1})
+                           losses={"logits_mse": 1})
     out = tmp_path / kind
     record = distill(teacher_dir, str(out), config=config, user_data=data)
     assert record["score"] > 90
@@ -309,7 +310,7 @@ teacher: {teacher_dir}
 stages:
   - distill:
       student: {{kind: layers, num_layers: 1}}
-      losses: {{kd: 1, temperature: 2}}
+      losses: {{kd: {{weight: 1, temperature: 2}}}}
       epochs: 2
       lr: 2e-3
       max_length: 16
@@ -323,7 +324,7 @@ stages:
     bad = text.replace("num_layers: 1", "num_layers: 1, colour: red")
     with pytest.raises(RecipeError, match=r"<recipe>:\d+: .*student has no setting 'colour'"):
         recipe_from_text(bad)
-    with pytest.raises(RecipeError, match="losses.temperature"):
+    with pytest.raises(RecipeError, match="losses.kd.temperature"):
         recipe_from_text(text.replace("temperature: 2", "temperature: 0"))
 
 
@@ -350,7 +351,7 @@ def test_distill_command(trained_teacher, tmp_path, capsys):
     assert code == 1 and "checkpoint not found" in err
     assert not out.exists()
     main(base + ["--student", "kind=layers", "--student", "layers=[2]", "--loss", "kd=1",
-                 "--loss", "temperature=2", "--epochs", "3", "--lr", "3e-3", "--max-length", "16",
+                 "--loss", "kd.temperature=2", "--epochs", "3", "--lr", "3e-3", "--max-length", "16",
                  "--batch-size", "16"])
     printed = capsys.readouterr().out
     assert "retention" in printed and str(out) in printed

@@ -5,7 +5,11 @@ import click
 
 
 def _settings(pairs, what):
-    """``KEY=VALUE`` options as a mapping; values read as YAML (numbers, true/false, [1, 3])."""
+    """``KEY=VALUE`` options as a mapping; values read as YAML (numbers, true/false, [1, 3]).
+
+    A dotted key is a setting inside a section: ``kd.temperature=2`` with ``kd=1`` is
+    ``{kd: {weight: 1, temperature: 2}}``.
+    """
     import yaml
 
     from ..errors import CompressorError
@@ -16,9 +20,20 @@ def _settings(pairs, what):
         if not sep or not key.strip():
             raise CompressorError(f"--{what} takes KEY=VALUE, got '{pair}'")
         try:
-            out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+            value = yaml.safe_load(value) if value.strip() else ""
         except yaml.YAMLError:
-            out[key.strip()] = value
+            pass
+        section, dot, name = key.strip().partition(".")
+        if not dot:
+            if isinstance(out.get(section), dict):
+                out[section]["weight"] = value
+            else:
+                out[section] = value
+            continue
+        inner = out.get(section)
+        if not isinstance(inner, dict):
+            inner = out[section] = {} if inner is None else {"weight": inner}
+        inner[name] = value
     return out
 
 
@@ -40,10 +55,11 @@ def register(cli):
                   help="Student setting, repeatable: kind=layers|config|pretrained|bilstm|cnn, "
                        "num_layers=3, pick=every|first|last, layers=[2,4,6], hidden_size=312, "
                        "heads=12, ffn_size=1200, model=PATH, embedding_dim=64.")
-    @click.option("--loss", "loss", multiple=True, metavar="KEY=VALUE",
-                  help="Loss weight or setting, repeatable: kd=1, temperature=2, task=0.5, "
-                       "hidden=1, hidden_mapping=uniform|skip|last|[2,4,6], embedding=1, "
-                       "attention=1, attention_loss=mse|kl, cosine=1, minilm=1, logits_mse=1.")
+    @click.option("--loss", "loss", multiple=True, metavar="NAME=WEIGHT",
+                  help="A loss and its weight, or NAME.SETTING=VALUE, repeatable: kd=1, "
+                       "kd.temperature=2, task=0.5, logits_mse=1, hidden=1, "
+                       "hidden.mapping=uniform|skip|last|[2,4,6], embedding=1, attention=1, "
+                       "attention.measure=mse|kl, cosine=1, minilm=1 [default: kd=1].")
     @click.option("--intermediate-epochs", type=float, default=0.0, show_default=True,
                   help="TinyBERT's two stages: epochs of layer losses alone before the prediction stage.")
     @click.option("--intermediate-lr", type=float, default=0.0, help="Learning rate of that stage [default: --lr].")
@@ -59,7 +75,8 @@ def register(cli):
         from .distiller import DistillConfig, distill as run
 
         student_values = _settings(student, "student") or {"kind": "layers", "num_layers": 3}
-        config = DistillConfig(**kwargs, student=student_values, losses=_settings(loss, "loss"),
+        config = DistillConfig(**kwargs, student=student_values,
+                               losses=_settings(loss, "loss") or {"kd": 1},
                                intermediate_epochs=intermediate_epochs,
                                intermediate_lr=intermediate_lr, cache_teacher_logits=not no_cache)
         record = run(teacher, out, task=task, config=config, data_dir=data_dir,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -18,40 +18,38 @@ from ..metrics import task_score
 from ..models import (checkpoint_meta, count_parameters, load_for_task, resolve_model,
                       save_checkpoint, size_on_disk)
 from ..scoring import predict_logits, score
-from ..settings import not_negative, setting
+from ..settings import from_values, not_negative, setting
 from ..train import TrainConfig, fit, set_seed
-from . import losses as L
-from .losses import INTERMEDIATE_LOSSES, LossConfig, layer_mapping, loss_config
-from .students import StudentSpec, build_student, same_tokenizer, student_spec
+from .losses import KDSettings, Losses, LossSetup, Signals
+from .students import LayersStudent, StudentConfig, build_student, same_tokenizer
 
 
 @dataclass
 class DistillConfig(TrainConfig):
     """Training settings plus the student and the losses; the keys of the ``distill`` stage."""
 
-    student: dict = setting(default_factory=lambda: {"kind": "layers", "num_layers": 3},
-                            check=lambda v, name, c: student_spec(v) and None)
-    losses: dict = setting(default_factory=dict, check=lambda v, name, c: loss_config(v) and None)
+    student: StudentConfig = field(default_factory=lambda: LayersStudent(num_layers=3))
+    losses: Losses = field(default_factory=lambda: Losses(kd=KDSettings()))   # name -> settings
     intermediate_epochs: float = setting(0.0, check=not_negative)   # TinyBERT's two stages: this many epochs of layer losses first
     intermediate_lr: float = 0.0       # its learning rate; 0 = lr
     cache_teacher_logits: bool = True  # run the teacher once over the train set when only logits are needed
     teacher: str = "recipe"            # stage only: recipe (the recipe's teacher), input, or a folder
 
+    def __post_init__(self):
+        # mappings (Python callers, --student/--loss KEY=VALUE) become the typed sections
+        self.student = from_values(StudentConfig, self.student, "student")
+        self.losses = from_values(Losses, self.losses, "losses")
+
     def check(self) -> None:
         super().check()
-        losses = self.loss_config()
-        if self.intermediate_epochs and not any(getattr(losses, n) for n in INTERMEDIATE_LOSSES):
+        self.student.check()
+        self.losses.check()
+        if self.intermediate_epochs and not self.losses.layer_losses():
             raise CompressorError("intermediate_epochs needs a layer loss (hidden, embedding, "
                                   "attention, cosine or minilm) in losses")
-        if self.intermediate_epochs and not any(getattr(losses, n) for n in L.OUTPUT_LOSSES):
+        if self.intermediate_epochs and not self.losses.prediction_only().active():
             raise CompressorError("intermediate_epochs needs a prediction-layer loss (kd, task or "
                                   "logits_mse) for the second stage")
-
-    def student_spec(self) -> StudentSpec:
-        return student_spec(self.student)
-
-    def loss_config(self) -> LossConfig:
-        return loss_config(self.losses)
 
     def train_config(self) -> TrainConfig:
         names = TrainConfig.__dataclass_fields__
@@ -79,20 +77,14 @@ def _layers(model) -> int:
     return arch_of(model).num_layers(model.config)
 
 
-def make_projections(student, teacher, losses: LossConfig) -> nn.ModuleDict:
+def make_projections(student, teacher, losses: Losses) -> nn.ModuleDict:
     """Linear maps from the student's width to the teacher's, one per compared hidden state."""
     s_width, t_width = _width(student), _width(teacher)
     projections = nn.ModuleDict()
     if s_width == t_width:
         return projections
-    names = []
-    if losses.hidden:
-        names += [f"layer{s}" for s, _ in layer_mapping(_layers(student), _layers(teacher),
-                                                         losses.hidden_mapping)]
-    if losses.embedding:
-        names.append("layer0")
-    if losses.cosine:
-        names.append(f"layer{_layers(student)}")
+    names = [f"layer{layer}" for loss, settings in losses.active() if loss.projected
+             for layer in loss.projected(settings, _layers(student), _layers(teacher))]
     for name in dict.fromkeys(names):
         projections[name] = nn.Linear(s_width, t_width)
     return projections
@@ -120,31 +112,30 @@ class _Capture:
 
 class DistillLoss:
     """``loss_fn(model, batch)`` for ``fit``: runs the teacher (or reads its cached logits)
-    and adds up the configured losses."""
+    and adds up the configured losses, each times its weight."""
 
-    def __init__(self, teacher, student, losses: LossConfig, cache: Optional[dict] = None,
+    def __init__(self, teacher, student, losses: Losses, cache: Optional[dict] = None,
                  teacher_token_types: bool = False):
         self.teacher, self.losses, self.cache = teacher, losses, cache
         self.teacher_token_types = teacher_token_types
         self.regression = student.config.num_labels == 1
-        self.mapping: List[Tuple[int, int]] = []
-        self.captures = []
-        if losses.hidden or losses.attention:
-            self.mapping = layer_mapping(_layers(student), _layers(teacher), losses.hidden_mapping)
-        if losses.minilm:
-            t_layers = _layers(teacher)
-            t_index = (losses.minilm_teacher_layer or t_layers) - 1
-            if not 0 <= t_index < t_layers:
-                raise CompressorError(f"losses.minilm_teacher_layer {losses.minilm_teacher_layer} is "
-                                      f"outside the teacher's layers 1..{t_layers}")
-            self.captures = [_Capture(student, _layers(student) - 1), _Capture(teacher, t_index)]
-            self.relation_heads = losses.minilm_heads or arch_of(teacher).num_heads(teacher.config)
-        self.run_teacher = (losses.needs_hidden or losses.needs_attentions or bool(losses.minilm)
-                            or (losses.needs_teacher_logits and cache is None))
+        self.active = losses.active()
+        setup = LossSetup(student, teacher, _Capture)
+        self.states = {}
+        try:
+            for loss, settings in self.active:
+                if loss.prepare is not None:
+                    self.states[loss.name] = loss.prepare(settings, setup)
+        except BaseException:
+            self.close()
+            raise
+        self.run_teacher = (losses.uses("hidden_states") or losses.uses("attentions")
+                            or losses.uses("teacher") or (losses.needs_teacher_logits and cache is None))
 
     def close(self):
-        for c in self.captures:
-            c.close()
+        for state in self.states.values():
+            if hasattr(state, "close"):
+                state.close()
 
     def _cached(self, input_ids, mask, device):
         lengths = mask.sum(-1).tolist()
@@ -156,13 +147,12 @@ class DistillLoss:
                                   "changed during training?)") from None
 
     def __call__(self, model: Trainee, batch: dict) -> torch.Tensor:
-        lc = self.losses
         labels = batch.pop("labels", None)
         mask = batch["attention_mask"]
         extra = {}
-        if lc.needs_hidden:
+        if self.losses.needs_hidden:
             extra["output_hidden_states"] = True
-        if lc.needs_attentions:
+        if self.losses.needs_attentions:
             extra["output_attentions"] = True
         s_out = model.student(**batch, **extra)
         t_out = None
@@ -171,39 +161,19 @@ class DistillLoss:
                         if k != "token_type_ids" or self.teacher_token_types}
             with torch.no_grad():
                 t_out = self.teacher(**t_inputs, **extra)
-        total = s_out.logits.new_zeros((), dtype=torch.float32)
-        if lc.needs_teacher_logits:
+        t_logits = None
+        if self.losses.needs_teacher_logits:
             t_logits = (self._cached(batch["input_ids"], mask, s_out.logits.device)
                         if self.cache is not None else t_out.logits)
-            if lc.kd:
-                kd = (L.logits_mse(s_out.logits, t_logits) if self.regression
-                      else L.soft_cross_entropy(s_out.logits, t_logits, lc.temperature))
-                total = total + lc.kd * kd
-            if lc.logits_mse:
-                total = total + lc.logits_mse * L.logits_mse(s_out.logits, t_logits)
-        if lc.task and labels is not None:
-            total = total + lc.task * L.task_loss(s_out.logits, labels)
-        if lc.hidden:
-            parts = [L.hidden_mse(self._project(model, s_out.hidden_states[s], s),
-                                  t_out.hidden_states[t], mask, lc.hidden_tokens, lc.hidden_normalize)
-                     for s, t in self.mapping]
-            total = total + lc.hidden * torch.stack(parts).mean()
-        if lc.embedding:
-            total = total + lc.embedding * L.hidden_mse(
-                self._project(model, s_out.hidden_states[0], 0), t_out.hidden_states[0], mask)
-        if lc.attention:
-            fn = L.attention_kl if lc.attention_loss == "kl" else L.attention_mse
-            parts = [fn(s_out.attentions[s - 1], t_out.attentions[t - 1], mask)
-                     for s, t in self.mapping]
-            total = total + lc.attention * torch.stack(parts).mean()
-        if lc.cosine:
-            last = len(s_out.hidden_states) - 1
-            total = total + lc.cosine * L.cosine_loss(
-                self._project(model, s_out.hidden_states[last], last), t_out.hidden_states[-1], mask)
-        if lc.minilm:
-            student_qkv, teacher_qkv = (c.values for c in self.captures)
-            total = total + lc.minilm * L.relation_kl(student_qkv, teacher_qkv, lc.minilm_relations,
-                                                      self.relation_heads, mask)
+        signals = Signals(student=s_out, teacher=t_out, teacher_logits=t_logits, labels=labels,
+                          mask=mask, regression=self.regression,
+                          project=lambda states, layer: self._project(model, states, layer))
+        total = s_out.logits.new_zeros((), dtype=torch.float32)
+        for loss, settings in self.active:
+            signals.state = self.states.get(loss.name)
+            value = loss.fn(signals, settings)
+            if value is not None:
+                total = total + settings.weight * value
         return total
 
     @staticmethod
@@ -233,12 +203,12 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
     """Build the student ``config.student`` says, train it from ``teacher``; return it, its
     tokenizer, and the training record (the teacher is left unchanged)."""
     config.check()
-    spec, losses = config.student_spec(), config.loss_config()
+    spec, losses = config.student, config.losses
     task = train_set.task
     device = resolve_device(config.device)
     set_seed(config.seed)
     student, tokenizer, made = build_student(spec, teacher, teacher_tokenizer, task)
-    layer_losses = [n for n in INTERMEDIATE_LOSSES if getattr(losses, n)]
+    layer_losses = losses.layer_losses()
     if layer_losses and spec.is_small:
         raise CompressorError(f"a {spec.kind} student has no layers to match: losses "
                               f"{', '.join(layer_losses)} need a transformer student; use kd")
@@ -264,7 +234,7 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
     history, cache, start = [], None, time.perf_counter()
     for name, phase_losses, phase_config in phases:
         phase_cache = None
-        only_logits = not any(getattr(phase_losses, n) for n in INTERMEDIATE_LOSSES)
+        only_logits = not phase_losses.layer_losses()
         if config.cache_teacher_logits and only_logits and phase_losses.needs_teacher_logits:
             if cache is None:
                 cache = teacher_logits_cache(teacher, teacher_tokenizer, tokenizer,
@@ -305,7 +275,7 @@ def _uses_types(model) -> bool:
 def student_meta(task, config: DistillConfig, student, **extra) -> dict:
     """``compressor.json`` of a student: small classifiers name their architecture."""
     meta = checkpoint_meta(task, config.max_length, "distill", **extra)
-    if config.student_spec().is_small:
+    if config.student.is_small:
         meta["architecture"] = student.config.model_type
     return meta
 
@@ -317,7 +287,7 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
             losses: Optional[dict] = None, user_data=None) -> dict:
     """Distil ``teacher`` (a task checkpoint) into a new student written to ``out``.
 
-    ``student`` and ``losses`` (mappings, as in a recipe) override those of ``config``;
+    ``student`` and ``losses`` (configs, or mappings as in a recipe) override those of ``config``;
     ``user_data`` (:class:`compressor.data.UserData`) trains on the user's own files.
     Returns the record also written to ``out/metrics.json``: the student's dev metrics,
     the teacher's, retention, parameters and size of both, and the training history.
@@ -327,9 +297,9 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
 
     config = config or DistillConfig()
     if student is not None:
-        config = replace(config, student=dict(student))
+        config = replace(config, student=student)
     if losses is not None:
-        config = replace(config, losses=dict(losses))
+        config = replace(config, losses=losses)
     config.check()
     teacher_path = resolve_model(teacher)
     task_spec, _ = _task_for(teacher_path, task)
@@ -337,7 +307,7 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     device = resolve_device(config.device)
     train_set = load_data(task_spec, "train", data_dir, train_limit, user_data)
     dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
-    attn = "eager" if config.loss_config().needs_attentions else None
+    attn = "eager" if config.losses.needs_attentions else None
     net, tokenizer = load_for_task(teacher_path, task_spec, attn_implementation=attn)
     teacher_max_length = read_meta(teacher_path).get("max_length", config.max_length)
     start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Distillation losses: small pure functions of tensors, and the config that picks them.
+"""Distillation losses: small pure functions of tensors, and the registry that names them.
 
 Conventions: ``hidden_states`` are Hugging Face tuples (index 0 is the embedding
 output, index i the output of layer i); ``attentions`` are per-layer
@@ -8,13 +8,15 @@ output, index i the output of layer i); ``attentions`` are per-layer
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
+from ..arch import arch_of
 from ..errors import CompressorError
+from ..settings import build, check_fields, not_negative, positive, setting
 
 MAPPINGS = ("uniform", "skip", "last")
 RELATIONS = ("qk", "qq", "kk", "vv")
@@ -205,83 +207,292 @@ def relation_kl(student: Dict[str, torch.Tensor], teacher: Dict[str, torch.Tenso
     return total
 
 
-# -- which losses, with which weights ----------------------------------------
+# -- losses by name ----------------------------------------------------------------
+#
+# A loss is a function ``fn(signals, settings) -> scalar tensor`` registered under its name
+# with its settings type; the ``losses:`` section names the ones to train with, each with
+# its weight and settings, and the distiller adds them up. Adding a loss is one registered
+# function (and its settings class, when it has settings beyond the weight).
+
+USES = ("teacher_logits", "labels", "hidden_states", "attentions", "teacher")
+
 
 @dataclass
-class LossConfig:
-    """Weights of each loss (0 turns it off) and their settings; the keys of a recipe's ``losses``."""
+class LossSettings:
+    """A loss's weight in the sum; a loss with settings of its own subclasses this."""
 
-    kd: float = 1.0                    # soft-target cross-entropy with the teacher's logits
-    temperature: float = 1.0
-    task: float = 0.0                  # hard labels (MSE for regression tasks)
-    logits_mse: float = 0.0            # MSE between logits (Tang et al.)
-    hidden: float = 0.0                # hidden-state MSE over hidden_mapping
-    hidden_mapping: Union[str, List[int]] = "uniform"
-    hidden_tokens: str = "all"         # all, or cls (BERT-PKD)
-    hidden_normalize: bool = False     # BERT-PKD compares normalised vectors
-    embedding: float = 0.0             # embedding-output MSE
-    attention: float = 0.0             # attention probabilities over hidden_mapping's layers
-    attention_loss: str = "mse"        # mse (TinyBERT) or kl
-    cosine: float = 0.0                # DistilBERT: cosine of the last hidden states
-    minilm: float = 0.0                # MiniLM relation KL, last student layer vs minilm_teacher_layer
-    minilm_relations: List[str] = field(default_factory=lambda: ["qk", "vv"])
-    minilm_heads: int = 0              # relation heads; 0 = the teacher's head count
-    minilm_teacher_layer: int = 0      # 0 = the teacher's last layer
+    weight: float = setting(1.0, check=not_negative)
 
-    def check(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type in ("float", float) and value < 0:
-                raise CompressorError(f"losses.{f.name} must be >= 0, got {value}")
-        if self.temperature <= 0:
-            raise CompressorError(f"losses.temperature must be positive, got {self.temperature}")
-        if isinstance(self.hidden_mapping, str) and self.hidden_mapping not in MAPPINGS:
-            raise CompressorError(f"losses.hidden_mapping '{self.hidden_mapping}' is unknown; use "
-                                  f"{', '.join(MAPPINGS)} or a list of teacher layers")
-        if self.hidden_tokens not in ("all", "cls"):
-            raise CompressorError(f"losses.hidden_tokens must be all or cls, got {self.hidden_tokens!r}")
-        if self.attention_loss not in ("mse", "kl"):
-            raise CompressorError(f"losses.attention_loss must be mse or kl, got {self.attention_loss!r}")
-        bad = [r for r in self.minilm_relations if r not in RELATIONS]
-        if bad:
-            raise CompressorError(f"losses.minilm_relations: unknown '{bad[0]}'; use {', '.join(RELATIONS)}")
-        if not any(getattr(self, n) for n in OUTPUT_LOSSES + INTERMEDIATE_LOSSES):
-            raise CompressorError("losses: every weight is 0; give at least one loss a weight")
+
+@dataclass
+class Signals:
+    """What one training batch gives a loss."""
+
+    student: Any                      # the student's output: logits, hidden_states, attentions
+    teacher: Any                      # the teacher's output on the batch (None unless a loss needs it)
+    teacher_logits: Optional[torch.Tensor]
+    labels: Optional[torch.Tensor]
+    mask: torch.Tensor                # attention mask [batch, length]
+    regression: bool
+    project: Callable                 # (student states, student layer) -> states of the teacher's width
+    state: Any = None                 # what this loss's ``prepare`` returned
+
+
+class LossSetup:
+    """The two models, before training: what a loss's ``prepare(settings, setup)`` may use.
+
+    ``capture(model, layer_index)`` hooks a layer so that, after each forward pass, its
+    ``values`` hold that layer's query, key and value vectors (``q``, ``k``, ``v``); ``close()``
+    removes the hooks.
+    """
+
+    def __init__(self, student, teacher, capture: Callable):
+        self.student, self.teacher, self.capture = student, teacher, capture
+
+    @property
+    def student_layers(self) -> int:
+        return arch_of(self.student).num_layers(self.student.config)
+
+    @property
+    def teacher_layers(self) -> int:
+        return arch_of(self.teacher).num_layers(self.teacher.config)
+
+    @property
+    def teacher_heads(self) -> int:
+        return arch_of(self.teacher).num_heads(self.teacher.config)
+
+
+@dataclass(frozen=True)
+class LossType:
+    name: str
+    fn: Callable                      # fn(signals, settings) -> scalar tensor, or None to skip a batch
+    settings: type                    # LossSettings or a subclass
+    uses: frozenset                   # of USES: what the batch must carry for it
+    layers: bool                      # compares inner layers: a transformer student, the same tokenizer
+    prepare: Optional[Callable]       # (settings, setup) -> Signals.state; its close(), if any, ends it
+    projected: Optional[Callable]     # (settings, student layers, teacher layers) -> student layers
+                                      # whose hidden states it compares with the teacher's
+
+
+LOSSES: Dict[str, LossType] = {}
+
+
+def register_loss(name: str, settings: type = LossSettings, uses: Sequence[str] = (), layers: bool = False,
+                  prepare: Optional[Callable] = None, projected: Optional[Callable] = None):
+    """Decorator: make ``fn(signals, settings)`` the loss ``name`` of the ``losses:`` section."""
+    unknown = set(uses) - set(USES)
+    if unknown:
+        raise ValueError(f"loss {name}: unknown uses {sorted(unknown)}; use {', '.join(USES)}")
+
+    def wrap(fn):
+        LOSSES[name] = LossType(name, fn, settings, frozenset(uses), layers, prepare, projected)
+        return fn
+    return wrap
+
+
+class Losses(dict):
+    """The ``losses:`` section: loss name -> its settings (a number alone is the weight)."""
+
+    def active(self) -> List[Tuple[LossType, LossSettings]]:
+        """The losses with a weight, each with its registered type."""
+        return [(LOSSES[name], settings) for name, settings in self.items() if settings.weight]
+
+    def uses(self, what: str) -> bool:
+        return any(what in loss.uses for loss, _ in self.active())
 
     @property
     def needs_hidden(self) -> bool:
-        return bool(self.hidden or self.embedding or self.cosine)
+        return self.uses("hidden_states")
 
     @property
     def needs_attentions(self) -> bool:
-        return bool(self.attention)
+        return self.uses("attentions")
 
     @property
     def needs_teacher_logits(self) -> bool:
-        return bool(self.kd or self.logits_mse)
+        return self.uses("teacher_logits")
 
-    def intermediate_only(self) -> "LossConfig":
-        """TinyBERT's first stage: the same layer losses, no prediction-layer loss."""
-        return _replace(self, **{n: 0.0 for n in OUTPUT_LOSSES})
+    def layer_losses(self) -> List[str]:
+        """Names of the active losses that compare inner layers."""
+        return [loss.name for loss, _ in self.active() if loss.layers]
 
-    def prediction_only(self) -> "LossConfig":
+    def intermediate_only(self) -> "Losses":
+        """TinyBERT's first stage: the layer losses alone."""
+        return Losses((n, s) for n, s in self.items() if LOSSES[n].layers)
+
+    def prediction_only(self) -> "Losses":
         """TinyBERT's second stage: the prediction-layer losses alone."""
-        return _replace(self, **{n: 0.0 for n in INTERMEDIATE_LOSSES})
+        return Losses((n, s) for n, s in self.items() if not LOSSES[n].layers)
+
+    def check(self) -> None:
+        for name, settings in self.items():
+            if name not in LOSSES:
+                raise CompressorError(_unknown_loss(name))
+            check_fields(settings)
+        if not self.active():
+            raise CompressorError("losses: every weight is 0; give at least one loss a weight")
+
+    @classmethod
+    def from_settings(cls, values, path: tuple, what: str, prefix: str):
+        """``(Losses or None, problems)`` from a mapping, each problem with its path of keys."""
+        name = prefix[:-1] or what
+
+        def say(message):
+            return message if message.startswith(what) else f"{what}: {message}"
+
+        if not isinstance(values, dict):
+            return None, [(path, say(f"{name} must be a mapping of loss names to weights or "
+                                     f"settings, got {values!r}"))]
+        losses, problems = cls(), []
+        for key, value in values.items():
+            if key not in LOSSES:
+                problems.append(((*path, key), say(_unknown_loss(key))))
+                continue
+            if isinstance(value, LOSSES[key].settings):
+                losses[key] = value
+                continue
+            if value is None:
+                value = {}
+            elif not isinstance(value, dict):
+                value = {"weight": value}
+            settings, found = build(LOSSES[key].settings, value, (*path, key), what, f"{prefix}{key}.")
+            problems += found
+            if settings is not None:
+                losses[key] = settings
+        if not problems and not losses.active():
+            problems.append((path, say(f"{name}: every weight is 0; give at least one loss a weight")))
+        return (None if problems else losses), problems
+
+    @classmethod
+    def describe(cls, prefix: str = "") -> List[str]:
+        return [prefix + "losses: " + ", ".join(
+            f"{n} ({', '.join(f.name for f in fields(t.settings))})" for n, t in LOSSES.items())]
 
 
-OUTPUT_LOSSES = ("kd", "task", "logits_mse")
-INTERMEDIATE_LOSSES = ("hidden", "embedding", "attention", "cosine", "minilm")
+def _unknown_loss(key: str) -> str:
+    message = f"unknown loss '{key}'; use {', '.join(LOSSES)}"
+    for name, loss in LOSSES.items():
+        names = [f.name for f in fields(loss.settings)]
+        setting_name = key[len(name) + 1:] if key.startswith(name + "_") else key
+        if setting_name in names and setting_name != "weight":
+            return f"{message} ('{key}' is a setting of {name}: {name}: {{weight: 1, {setting_name}: ...}})"
+    return message
 
 
-def _replace(config: LossConfig, **changes) -> LossConfig:
-    from dataclasses import replace
-    return replace(config, **changes)
+def _mapping(value, name, config=None) -> Optional[str]:
+    if isinstance(value, str) and value not in MAPPINGS:
+        return f"{name} '{value}' is unknown; use {', '.join(MAPPINGS)} or a list of teacher layers"
+    if isinstance(value, list) and any(t < 1 for t in value):
+        return f"{name} lists teacher layer {min(value)}; teacher layers start at 1"
+    return None
 
 
-def loss_config(values: Optional[dict]) -> LossConfig:
-    """A :class:`LossConfig` from a recipe mapping, every problem as one CompressorError."""
-    from ..recipe.registry import nested_config
+def _mapped(settings, setup: LossSetup) -> List[Tuple[int, int]]:
+    return layer_mapping(setup.student_layers, setup.teacher_layers, settings.mapping)
 
-    config = nested_config(LossConfig, values, "losses")
-    config.check()
-    return config
+
+# -- the losses --------------------------------------------------------------------
+
+@dataclass
+class KDSettings(LossSettings):
+    temperature: float = setting(1.0, check=positive)
+
+
+@register_loss("kd", KDSettings, uses=("teacher_logits",))
+def kd(signals: Signals, settings: KDSettings) -> torch.Tensor:
+    """Hinton's soft targets at ``temperature``; MSE between logits for a regression task."""
+    if signals.regression:
+        return logits_mse(signals.student.logits, signals.teacher_logits)
+    return soft_cross_entropy(signals.student.logits, signals.teacher_logits, settings.temperature)
+
+
+@register_loss("task", uses=("labels",))
+def task(signals: Signals, settings: LossSettings) -> Optional[torch.Tensor]:
+    """The labels (MSE for a regression task)."""
+    return None if signals.labels is None else task_loss(signals.student.logits, signals.labels)
+
+
+@register_loss("logits_mse", uses=("teacher_logits",))
+def logits_mse_loss(signals: Signals, settings: LossSettings) -> torch.Tensor:
+    """MSE between the student's and the teacher's logits (Tang et al.)."""
+    return logits_mse(signals.student.logits, signals.teacher_logits)
+
+
+@dataclass
+class HiddenSettings(LossSettings):
+    mapping: Union[str, List[int]] = setting("uniform", check=_mapping)   # see layer_mapping
+    tokens: str = setting("all", choices=("all", "cls"))   # cls: the first token only (BERT-PKD)
+    normalize: bool = False                                 # BERT-PKD compares unit vectors
+
+
+@register_loss("hidden", HiddenSettings, uses=("hidden_states",), layers=True, prepare=_mapped,
+               projected=lambda settings, m, n: [s for s, _ in layer_mapping(m, n, settings.mapping)])
+def hidden(signals: Signals, settings: HiddenSettings) -> torch.Tensor:
+    """MSE of hidden states, student layer against teacher layer as ``mapping`` pairs them."""
+    parts = [hidden_mse(signals.project(signals.student.hidden_states[s], s),
+                        signals.teacher.hidden_states[t], signals.mask, settings.tokens,
+                        settings.normalize) for s, t in signals.state]
+    return torch.stack(parts).mean()
+
+
+@register_loss("embedding", uses=("hidden_states",), layers=True, projected=lambda settings, m, n: [0])
+def embedding(signals: Signals, settings: LossSettings) -> torch.Tensor:
+    """MSE of the embedding outputs (TinyBERT)."""
+    return hidden_mse(signals.project(signals.student.hidden_states[0], 0),
+                      signals.teacher.hidden_states[0], signals.mask)
+
+
+@dataclass
+class AttentionSettings(LossSettings):
+    mapping: Union[str, List[int]] = setting("uniform", check=_mapping)
+    measure: str = setting("mse", choices=("mse", "kl"))   # mse (TinyBERT) or kl (MobileBERT)
+
+
+@register_loss("attention", AttentionSettings, uses=("attentions",), layers=True, prepare=_mapped)
+def attention(signals: Signals, settings: AttentionSettings) -> torch.Tensor:
+    """Attention probabilities, student layer against teacher layer as ``mapping`` pairs them."""
+    fn = attention_kl if settings.measure == "kl" else attention_mse
+    parts = [fn(signals.student.attentions[s - 1], signals.teacher.attentions[t - 1], signals.mask)
+             for s, t in signals.state]
+    return torch.stack(parts).mean()
+
+
+@register_loss("cosine", uses=("hidden_states",), layers=True, projected=lambda settings, m, n: [m])
+def cosine(signals: Signals, settings: LossSettings) -> torch.Tensor:
+    """DistilBERT: 1 - cosine between the last hidden states."""
+    last = len(signals.student.hidden_states) - 1
+    return cosine_loss(signals.project(signals.student.hidden_states[last], last),
+                       signals.teacher.hidden_states[-1], signals.mask)
+
+
+@dataclass
+class MiniLMSettings(LossSettings):
+    relations: List[str] = setting(default_factory=lambda: ["qk", "vv"], choices=RELATIONS,
+                                   what="MiniLM relation")
+    heads: int = setting(0, check=not_negative)           # relation heads; 0: the teacher's head count
+    teacher_layer: int = setting(0, check=not_negative)   # 0: the teacher's last layer
+
+
+class _Relations:
+    """The hooks that keep the last student layer's and one teacher layer's q, k, v."""
+
+    def __init__(self, settings: MiniLMSettings, setup: LossSetup):
+        t_layers = setup.teacher_layers
+        t_index = (settings.teacher_layer or t_layers) - 1
+        if not 0 <= t_index < t_layers:
+            raise CompressorError(f"losses.minilm.teacher_layer {settings.teacher_layer} is outside "
+                                  f"the teacher's layers 1..{t_layers}")
+        self.heads = settings.heads or setup.teacher_heads
+        self.captures = [setup.capture(setup.student, setup.student_layers - 1),
+                         setup.capture(setup.teacher, t_index)]
+
+    def close(self) -> None:
+        for capture in self.captures:
+            capture.close()
+
+
+@register_loss("minilm", MiniLMSettings, uses=("teacher",), layers=True, prepare=_Relations)
+def minilm(signals: Signals, settings: MiniLMSettings) -> torch.Tensor:
+    """MiniLM's KL of self-attention relations, last student layer against ``teacher_layer``."""
+    student_qkv, teacher_qkv = (c.values for c in signals.state.captures)
+    return relation_kl(student_qkv, teacher_qkv, settings.relations, signals.state.heads, signals.mask)

@@ -7,6 +7,7 @@ from ..errors import CompressorError
 from ..models import count_parameters, load_for_task, resolve_model
 from ..recipe.registry import register_stage
 from .distiller import DistillConfig, distill_model, student_meta
+from .students import InputStudent, PretrainedStudent
 
 
 @register_stage("distill", DistillConfig)
@@ -16,11 +17,10 @@ def distill_stage(ctx, config: DistillConfig) -> dict:
 
     teacher_dir = {"recipe": ctx.teacher_dir, "input": ctx.model_dir}.get(config.teacher)
     teacher_dir = resolve_model(teacher_dir or config.teacher)
-    if config.student.get("kind") == "input":
+    if isinstance(config.student, InputStudent):
         # the stage's input model is the student (say, recovering a pruned model from the teacher)
-        config = replace(config, student={**config.student, "kind": "pretrained",
-                                          "model": ctx.model_dir})
-    attn = "eager" if config.loss_config().needs_attentions else None
+        config = replace(config, student=PretrainedStudent(model=ctx.model_dir))
+    attn = "eager" if config.losses.needs_attentions else None
     teacher, tokenizer = load_for_task(teacher_dir, ctx.task, attn_implementation=attn)
     if getattr(teacher.config, "num_labels", None) != ctx.task.num_labels:
         raise CompressorError(f"teacher {teacher_dir} is not a {ctx.task.name} classifier")

@@ -4,80 +4,114 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import ClassVar, List, Optional, Tuple
 
 from torch import nn
 
 from ..arch import ARCHITECTURES, arch_of
 from ..errors import CompressorError
-from ..settings import check_fields, setting
-from .small import CLASSES as SMALL_KINDS, build_small
+from ..settings import (check_fields, from_values, not_negative, picks_type_by, positive, setting, tag,
+                        variant)
+from .small import build_small
 
-KINDS = ("layers", "config", "pretrained", "input") + tuple(SMALL_KINDS)
 LAYER_PICKS = ("every", "first", "last")
 
 
+def _num_layers(value, name, config=None) -> Optional[str]:
+    if value is not None and value < 1:
+        return "num_layers must be at least 1; leave it out for half the teacher's layers"
+    return None
+
+
+@picks_type_by("kind")
 @dataclass
-class StudentSpec:
-    """What the student is; the keys of a recipe's ``student`` mapping.
+class StudentConfig:
+    """What the student is: the ``student:`` section, one type per ``kind``."""
 
-    - ``layers``: the teacher with ``num_layers`` of its layers, picked by ``pick``
-      (``every``: 1, 1+k, 1+2k... as DistilBERT; ``first`` as BERT-PKD; ``last``) or
-      listed in ``layers`` (1-based teacher layer numbers); embeddings and head copied.
-    - ``config``: a randomly initialised encoder of the teacher's architecture (or
-      ``model_type``) with ``num_layers``, ``hidden_size``, ``heads``, ``ffn_size``.
-    - ``pretrained``: another pre-trained encoder, ``model`` (a folder, alias or hub id),
-      with a new head.
-    - ``bilstm`` / ``cnn``: a small classifier over the teacher tokenizer's ids.
-    - ``input`` (recipe stage only): the stage's input model, trained on from the teacher.
-    """
-
-    kind: str = setting("layers", check=lambda v, name, c: None if v in KINDS else
-                        f"student kind '{v}' is unknown; use {', '.join(KINDS)}")
-    num_layers: Optional[int] = setting(None, check=lambda v, name, c: None if v is None or v >= 1 else
-                                        "num_layers must be at least 1; leave it out for half "
-                                        "the teacher's layers")   # layers, config: None = half the teacher's
-    pick: str = setting("every", check=lambda v, name, c: None if v in LAYER_PICKS else
-                        f"student pick '{v}' is unknown; use {', '.join(LAYER_PICKS)}")  # layers: every, first or last
-    layers: Optional[List[int]] = None  # layers: teacher layers to keep (overrides num_layers, pick)
-    hidden_size: int = 0           # config: 0 = the teacher's; bilstm/cnn: LSTM units or filters
-    heads: int = 0                 # config: 0 = the teacher's
-    ffn_size: int = 0              # config: 0 = 4 x hidden_size
-    model_type: str = ""           # config: another registered architecture
-    model: str = ""                # pretrained: the student's checkpoint
-    embedding_dim: int = 64        # bilstm, cnn
-    dropout: float = 0.1           # bilstm, cnn
-    init_embeddings: bool = True   # bilstm, cnn: start from the teacher's word embeddings (PCA)
+    kind: str = tag("layers")
+    is_small: ClassVar[bool] = False      # a BiLSTM/CNN classifier, not a transformer
 
     def check(self) -> None:
         check_fields(self)
-        if self.kind == "pretrained" and not self.model:
-            raise CompressorError("student kind 'pretrained' needs model: a checkpoint folder or alias")
-        if self.kind == "config" and self.model_type and self.model_type not in ARCHITECTURES:
-            raise CompressorError(f"student model_type '{self.model_type}' is not registered; "
-                                  f"use {', '.join(sorted(ARCHITECTURES))}")
-        for name in ("hidden_size", "heads", "ffn_size", "embedding_dim"):
-            if getattr(self, name) < 0:
-                raise CompressorError(f"student {name} must be >= 0, got {getattr(self, name)}")
-
-    @property
-    def is_small(self) -> bool:
-        return self.kind in SMALL_KINDS
 
 
-def student_spec(values) -> StudentSpec:
-    """A :class:`StudentSpec` from a recipe mapping (or a spec), every problem a CompressorError."""
-    if isinstance(values, StudentSpec):
-        values.check()
-        return values
-    from ..recipe.registry import nested_config
+@variant
+@dataclass
+class LayersStudent(StudentConfig):
+    """The teacher with ``num_layers`` of its layers, picked ``every`` (1, 1+k, 1+2k..., as
+    DistilBERT), ``first`` (BERT-PKD) or ``last``, or those listed in ``layers`` (1-based);
+    embeddings and head copied."""
 
-    spec = nested_config(StudentSpec, values, "student")
+    kind: str = tag("layers")
+    num_layers: Optional[int] = setting(None, check=_num_layers)   # None: half the teacher's
+    pick: str = setting("every", choices=LAYER_PICKS)
+    layers: Optional[List[int]] = None    # teacher layers to keep (overrides num_layers, pick)
+
+
+@variant
+@dataclass
+class ConfigStudent(StudentConfig):
+    """A randomly initialised encoder of the teacher's architecture (or ``model_type``)."""
+
+    kind: str = tag("config")
+    num_layers: Optional[int] = setting(None, check=_num_layers)   # None: half the teacher's
+    hidden_size: int = setting(0, check=not_negative)   # 0: the teacher's
+    heads: int = setting(0, check=not_negative)         # 0: the teacher's
+    ffn_size: int = setting(0, check=not_negative)      # 0: 4 x hidden_size
+    model_type: str = setting("", check=lambda v, name, c: None if not v or v in ARCHITECTURES else
+                              f"student model_type '{v}' is not registered; "
+                              f"use {', '.join(sorted(ARCHITECTURES))}")
+
+
+@variant
+@dataclass
+class PretrainedStudent(StudentConfig):
+    """Another pre-trained encoder with a new head."""
+
+    kind: str = tag("pretrained")
+    model: str = setting("", check=lambda v, name, c: None if v else
+                         "student kind 'pretrained' needs model: a checkpoint folder or alias")
+
+
+@variant
+@dataclass
+class InputStudent(StudentConfig):
+    """Recipe stage only: the stage's input model, trained on from the teacher."""
+
+    kind: str = tag("input")
+
+
+@dataclass
+class SmallStudent(StudentConfig):
+    """A small classifier over the teacher tokenizer's ids (Tang et al.)."""
+
+    embedding_dim: int = setting(64, check=positive)
+    hidden_size: int = setting(128, check=positive)   # LSTM units or convolution filters
+    dropout: float = 0.1
+    init_embeddings: bool = True   # start from the teacher's word embeddings (PCA)
+    is_small: ClassVar[bool] = True
+
+
+@variant
+@dataclass
+class BiLSTMStudent(SmallStudent):
+    kind: str = tag("bilstm")
+
+
+@variant
+@dataclass
+class CNNStudent(SmallStudent):
+    kind: str = tag("cnn")
+
+
+def student_config(values) -> StudentConfig:
+    """A student config from a mapping (recipe, ``--student KEY=VALUE``) or a config, checked."""
+    spec = from_values(StudentConfig, values, "student")
     spec.check()
     return spec
 
 
-def teacher_layers_to_keep(spec: StudentSpec, teacher_layers: int) -> List[int]:
+def teacher_layers_to_keep(spec: LayersStudent, teacher_layers: int) -> List[int]:
     """1-based teacher layers the student keeps, in order."""
     if spec.layers:
         bad = [i for i in spec.layers if not 1 <= i <= teacher_layers]
@@ -96,25 +130,25 @@ def teacher_layers_to_keep(spec: StudentSpec, teacher_layers: int) -> List[int]:
     return [1 + int(i * step) for i in range(m)]
 
 
-def build_student(spec: StudentSpec, teacher: nn.Module, teacher_tokenizer, task
+def build_student(spec: StudentConfig, teacher: nn.Module, teacher_tokenizer, task
                   ) -> Tuple[nn.Module, object, dict]:
     """The student model, its tokenizer, and a note of how it was made (for the record)."""
     spec.check()
-    if spec.kind == "input":
+    if isinstance(spec, InputStudent):
         raise CompressorError("student kind 'input' means a recipe stage's input model; "
                               "outside a recipe use kind 'pretrained' with model: PATH")
-    if spec.is_small:
+    if isinstance(spec, SmallStudent):
         model = build_small(spec.kind, teacher_tokenizer, task, spec.embedding_dim,
-                            spec.hidden_size or 128, spec.dropout,
+                            spec.hidden_size, spec.dropout,
                             teacher if spec.init_embeddings else None)
         return model, teacher_tokenizer, {"kind": spec.kind}
-    if spec.kind == "pretrained":
+    if isinstance(spec, PretrainedStudent):
         from ..models import load_for_task
 
         model, tokenizer = load_for_task(spec.model, task, attn_implementation="eager")
         return model, tokenizer, {"kind": "pretrained", "model": spec.model}
     t_arch = arch_of(teacher)
-    if spec.kind == "layers":
+    if isinstance(spec, LayersStudent):
         keep = teacher_layers_to_keep(spec, t_arch.num_layers(teacher.config))
         model = copy.deepcopy(teacher)
         layers = t_arch.get_layers(model)
@@ -123,7 +157,7 @@ def build_student(spec: StudentSpec, teacher: nn.Module, teacher_tokenizer, task
     return _random_student(spec, teacher, teacher_tokenizer, task)
 
 
-def _random_student(spec: StudentSpec, teacher, tokenizer, task):
+def _random_student(spec: ConfigStudent, teacher, tokenizer, task):
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     t_arch = arch_of(teacher)

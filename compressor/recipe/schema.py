@@ -9,8 +9,8 @@ from typing import List, Optional
 from ..data import UserData, get_task
 from ..errors import CompressorError
 from ..train import TrainConfig
-from ..settings import device_problem
-from .registry import TRAINABLE, SettingsError, config_from_dict, get_stage
+from ..settings import SettingsError, config_from_dict, device_problem
+from .registry import TRAINABLE, get_stage
 from .yamlfile import LineDict, LineList, load_yaml, parse_yaml
 
 TOP_KEYS = ("name", "description", "task", "data", "teacher", "device", "seed", "stages")
@@ -222,16 +222,23 @@ def _config(cls, settings, defaults, line, what, problem):
         problem(line, f"{what} settings must be a mapping, got {settings!r}")
         return None
     try:
-        config = config_from_dict(cls, settings, defaults)
+        return config_from_dict(cls, settings, defaults, what)
     except SettingsError as exc:
-        for key, message in exc.messages(what):
-            problem(settings.line_of(key) if key in settings else line, message)
-        return None
-    check = getattr(config, "check", None)
-    if check is not None:
-        try:
-            check()
-        except CompressorError as exc:
-            bad = next((k for k in settings if str(exc).startswith(k)), None)
-            problem(settings.line_of(bad) if bad else line, f"{what}: {exc}")
-    return config
+        found = sorted(((_line_of(settings, keys, line), message) for keys, message in exc.problems),
+                       key=lambda p: p[0])
+        for at, message in found:
+            problem(at, message)
+    return None
+
+
+def _line_of(settings, keys, line: int) -> int:
+    """The line of the deepest of ``keys`` (a path into nested settings) that the file has."""
+    node = settings
+    for key in keys:
+        if isinstance(node, LineDict) and key in node:
+            line, node = node.line_of(key), node[key]
+        elif isinstance(node, LineList) and isinstance(key, int) and key < len(node):
+            line, node = node.line_of(key), node[key]
+        else:
+            break
+    return line
