@@ -17,6 +17,7 @@ from compressor.models import count_parameters, load_for_task
 from compressor.quantize import QuantizeConfig, quantize
 from compressor.quantize.onnx_int8 import onnx_logits
 from compressor.quantize.qat import prepare_qat, quantized_linears, strip_qat
+from compressor.quantize.sensitivity import quantizable_units
 from compressor.train import TrainConfig, finetune
 from conftest import NEW_ARCHS, tiny_config
 from export import export_onnx
@@ -160,6 +161,10 @@ def test_finetune_distil_export_quantize_bench(arch, bases, glue_dir, tmp_path):
     assert fusions.get("SkipLayerNormalization", 0) >= 1
     # ONNX Runtime has no fused Attention for ModernBERT's rotary positions
     assert ("Attention" in fusions) == (arch != "modernbert")
+
+    # mixed precision ranks the matrices of each encoder layer together
+    units = quantizable_units(os.path.join(onnx_dir, "model.onnx"), "layer")
+    assert [u for u in units if "0" in u] == ["layer.0"], list(units)
 
     dev = load_split("sst2", "dev", glue_dir, limit=32)
     int8_dir = str(tmp_path / "int8")

@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..arch import ARCHITECTURES
 from ..errors import CompressorError
 from ..io import write_bytes, write_text
 from ..progress import progress
@@ -27,7 +28,11 @@ from .onnx_int8 import quantize_dynamic_onnx, score_onnx, session
 
 # the ONNX operators ONNX Runtime's dynamic mode turns into integer ones, when a weight feeds them
 QUANTIZABLE_OPS = ("MatMul", "Attention", "EmbedLayerNormalization", "Gather")
-_LAYER = re.compile(r"layer[._/](\d+)")
+# node names follow module paths (/bert/encoder/layer.0/...): the registry says which parts
+# hold the encoder layers and what the layer list is called
+_CONTAINERS = {part for spec in ARCHITECTURES.values() for part in spec.layers.split(".")[:-1]}
+_LAYER = re.compile(r"(?:%s)[._/](\d+)" % "|".join(
+    sorted({spec.layers.rpartition(".")[2] for spec in ARCHITECTURES.values()}, key=len, reverse=True)))
 
 
 def quantizable_units(onnx_path: str, granularity: str = "matrix") -> "OrderedDict[str, List[str]]":
@@ -55,7 +60,7 @@ def quantizable_units(onnx_path: str, granularity: str = "matrix") -> "OrderedDi
         if granularity == "layer":
             name = f"layer.{layer}" if layer is not None else what
         else:
-            name = f"layer.{layer}.{what}" if layer is not None and not what.startswith("layer.") else what
+            name = f"layer.{layer}.{what}" if layer is not None and not _LAYER.match(what) else what
         units.setdefault(name, []).append(node.name)
     if not units:
         raise CompressorError(f"{onnx_path}: no weight matrices that ONNX Runtime can quantise")
@@ -64,8 +69,7 @@ def quantizable_units(onnx_path: str, granularity: str = "matrix") -> "OrderedDi
 
 def _short(node_name: str) -> str:
     """'/bert/encoder/layer.0/attention/output/dense/MatMul' -> 'layer.0.attention.output.dense'."""
-    parts = [p for p in node_name.strip("/").split("/")[:-1] if p not in ("bert", "encoder", "roberta",
-                                                                          "distilbert", "transformer", "mpnet")]
+    parts = [p for p in node_name.strip("/").split("/")[:-1] if p not in _CONTAINERS]
     return ".".join(parts) or node_name
 
 
