@@ -192,10 +192,12 @@ def recipe_validate(path):
 def recipe_stages():
     """List the registered stages and their settings."""
     from .recipe import all_stages
+    from .settings import describe
 
     for name, st in sorted(all_stages().items()):
-        keys = ", ".join(f.name for f in dataclasses.fields(st.config_cls))
-        click.echo(f"{name:<12} {st.summary}\n{'':<12} settings: {keys}")
+        click.echo(f"{name:<12} {st.summary}")
+        for line in describe(st.config_cls):
+            click.echo(f"{'':<12} {line}")
 
 
 @cli.command()

@@ -298,9 +298,12 @@ def _describe(base, cls) -> str:
 def _unknown_key(base, cls, name: str, key: str) -> str:
     if base is None:
         return f"{name} has no setting '{key}'; it takes {', '.join(setting_names(cls))}"
-    others = ["/".join(map(str, tags)) for tags, other in base._variants.items()
-              if key in [f.name for f in dataclasses.fields(other) if f.init]]
-    elsewhere = f" ({', '.join(others)} take{'s' if len(others) == 1 else ''} it)" if others else ""
+    groups: dict = {}
+    for tags, other in base._variants.items():
+        if key in [f.name for f in dataclasses.fields(other) if f.init]:
+            groups.setdefault(" ".join(map(str, tags[:-1])), []).append(str(tags[-1]))
+    taking = "; ".join(f"{lead} {', '.join(lasts)}".strip() for lead, lasts in groups.items())
+    elsewhere = f" ({base.TAGS[-1]}s taking it: {taking})" if groups else ""
     return (f"{name} has no setting '{key}'{elsewhere}; {_describe(base, cls)} takes "
             f"{', '.join(setting_names(cls))}")
 
@@ -411,7 +414,7 @@ def describe(cls, prefix: str = "") -> List[str]:
         return lines
     hints = typing.get_type_hints(cls)
     fields = [f for f in dataclasses.fields(cls) if f.init]
-    lines = [", ".join(f.name for f in fields)]
+    lines = [", ".join(f.name for f in fields) or "(no settings)"]
     for f in fields:
         hint = hints[f.name]
         if isinstance(hint, type) and (dataclasses.is_dataclass(hint) or hasattr(hint, "describe")):

@@ -365,7 +365,7 @@ class Losses(dict):
 
     @classmethod
     def describe(cls, prefix: str = "") -> List[str]:
-        return [prefix + "losses: " + ", ".join(
+        return [prefix + ", ".join(
             f"{n} ({', '.join(f.name for f in fields(t.settings))})" for n, t in LOSSES.items())]
 
 
