@@ -1,8 +1,12 @@
 """Loading and saving checkpoints.
 
-Every model the toolkit writes is a Hugging Face folder that ``transformers``
-loads on its own, plus ``compressor.json`` (task, labels, max length) so that
-``eval`` and ``predict`` need not be told the task again.
+Every folder the toolkit writes holds ``compressor.json``: task, labels and max
+length (so ``eval`` and ``predict`` need not be told the task again), and its
+``kind``, which picks the loader that rebuilds it (``compressor.loaders``).
+A transformers encoder (kind ``hf``) whose shape ``config.json`` describes is
+a Hugging Face folder that ``transformers`` loads on its own; one with
+per-layer heads or FFN widths, or shared layers, is rebuilt from the ``shape``
+that ``compressor.json`` records (``compressor.shapes``).
 """
 from __future__ import annotations
 
@@ -14,9 +18,9 @@ from typing import Optional, Tuple
 import torch
 
 from .errors import CompressorError
-from .io import atomic_dir, read_json, write_json
-
-META_FILE = "compressor.json"
+from .io import atomic_dir, write_json
+from .loaders import META_FILE, kind_of, loader_for, read_meta, register_loader
+from .shapes import build_model, is_plain, shape_of, without_aliases
 
 
 def _minilm_folder() -> str:
@@ -87,67 +91,62 @@ def checkpoint_meta(task, max_length: int, made_by: str, **extra) -> dict:
             "labels": list(task.labels) if task.labels else None, "made_by": made_by, **extra}
 
 
-def read_meta(path: str) -> dict:
-    """The toolkit's own notes about a checkpoint, or {} for a foreign one."""
-    file = os.path.join(path, META_FILE)
-    return read_json(file) if os.path.isfile(file) else {}
-
-
-def refuse_onnx_export(path: str) -> None:
-    """One line for an ONNX export folder given where a PyTorch checkpoint's weights are needed."""
-    from export.onnx import MANIFEST_FILE, is_export
-
-    if not (os.path.isdir(path) and is_export(path)):
-        return
-    source = read_json(os.path.join(path, MANIFEST_FILE)).get("source")
-    instead = f"the checkpoint it was exported from ({source})" if source and os.path.isdir(source) \
-        else "the PyTorch checkpoint it was exported from"
-    raise CompressorError(
-        f"{path} is an ONNX export, not a PyTorch checkpoint: a teacher, training and the PyTorch "
-        f"stages need its weights, which model.onnx does not give back; give {instead}")
+def _loader(path: str, pytorch: bool):
+    """The loader for the folder's kind; one line where PyTorch weights are needed and it has none."""
+    loader = loader_for(kind_of(path), os.path.join(path, META_FILE))
+    if pytorch and not loader.pytorch:
+        source = read_meta(path).get("source")
+        instead = f"the checkpoint it was made from ({source})" if source and os.path.isdir(source) \
+            else "the PyTorch checkpoint it was made from"
+        raise CompressorError(
+            f"{path} is {loader.describe}, not a PyTorch checkpoint: a teacher, training and the "
+            f"PyTorch stages need its weights, which it does not give back; give {instead}")
+    return loader
 
 
 def load_config(name_or_path: str):
     from transformers import AutoConfig
 
     path = resolve_model(name_or_path)
-    refuse_onnx_export(path)
+    _loader(path, pytorch=True)
     try:
         return AutoConfig.from_pretrained(path)
     except Exception as exc:  # hub errors, bad JSON, unknown model_type
         raise CompressorError(_load_error(name_or_path, path, "config.json", exc)) from None
 
 
-def load_for_task(name_or_path: str, task=None, attn_implementation: Optional[str] = None
-                  ) -> Tuple[torch.nn.Module, object]:
-    """A sequence-classification model and its tokenizer for ``task``.
+def load_for_task(name_or_path: str, task=None, attn_implementation: Optional[str] = None,
+                  pytorch: bool = True) -> Tuple[torch.nn.Module, object]:
+    """A sequence-classification model and its tokenizer for ``task``, from any folder the
+    toolkit writes (its ``compressor.json`` kind picks the loader), a Hugging Face folder or a hub id.
 
     A bare encoder (``BertModel``...) gets a new classification head sized for
     the task; a classifier must already have the task's number of labels.
+    ``pytorch=False`` also takes folders that only run, as ``eval`` and
+    ``predict`` do: an ONNX export comes back as a module that runs its graph.
     """
+    path = resolve_model(name_or_path)
+    return _loader(path, pytorch).load(path, task, attn_implementation=attn_implementation)
+
+
+@register_loader("hf")
+def load_hf(path: str, task=None, attn_implementation: Optional[str] = None, **_):
+    """A transformers encoder: ``from_pretrained``, or built at the shape ``compressor.json`` records."""
     from transformers import AutoModelForSequenceClassification
 
     from .arch import arch_of
 
-    path = resolve_model(name_or_path)
-    refuse_onnx_export(path)
-    if os.path.isdir(path) and read_meta(path).get("architecture"):
-        # a student that is no transformers model (BiLSTM, CNN): compressor.json names its class
-        from .distill.small import load_small
-
-        return load_small(path, task), load_tokenizer(path)
     config = load_config(path)
     arch_of(config)  # refuse unsupported architectures up front
+    shape = read_meta(path).get("shape") if os.path.isdir(path) else None
+    if not is_plain(shape, config):
+        _check_labels(path, config, task)
+        return load_shaped(path, config, shape, attn_implementation), load_tokenizer(path)
     kwargs = {}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if task is not None:
-        is_classifier = any(a.endswith("ForSequenceClassification")
-                            for a in (getattr(config, "architectures", None) or []))
-        if is_classifier and config.num_labels != task.num_labels:
-            raise CompressorError(
-                f"{name_or_path} classifies into {config.num_labels} labels but task {task.name} "
-                f"has {task.num_labels}; start from its base encoder instead")
+        _check_labels(path, config, task)
         labels = task.labels if task.labels is not None else ("score",)
         kwargs.update(
             num_labels=task.num_labels,
@@ -163,8 +162,46 @@ def load_for_task(name_or_path: str, task=None, attn_implementation: Optional[st
         if pickled:
             raise CompressorError(f"{pickled}: a pickle that holds more than tensors, which compressor "
                                   "never loads (it could run code); save the model as safetensors") from None
-        raise CompressorError(_load_error(name_or_path, path, "weights", exc)) from None
+        raise CompressorError(_load_error(path, path, "weights", exc)) from None
     return model, load_tokenizer(path)
+
+
+def _check_labels(path: str, config, task) -> None:
+    is_classifier = any(a.endswith("ForSequenceClassification")
+                        for a in (getattr(config, "architectures", None) or []))
+    if task is not None and is_classifier and config.num_labels != task.num_labels:
+        raise CompressorError(
+            f"{path} classifies into {config.num_labels} labels but task {task.name} "
+            f"has {task.num_labels}; start from its base encoder instead")
+
+
+def load_shaped(path: str, config, shape: dict, attn_implementation: Optional[str] = None
+                ) -> torch.nn.Module:
+    """The classifier of ``path`` built at ``shape`` (``compressor.shapes.build_model``), its
+    ``model.safetensors`` loaded strictly (each shared tensor is there once, under its first name)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    model = build_model(config, shape, attn_implementation)
+    file = os.path.join(path, SAFE_WEIGHTS[0])
+    if not os.path.isfile(file):
+        raise CompressorError(f"corrupt checkpoint {path}: no {SAFE_WEIGHTS[0]}, which a model of "
+                              f"the shape {META_FILE} records is saved as")
+    try:
+        state = load_file(file)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except (SafetensorError, OSError, RuntimeError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise CompressorError(f"corrupt checkpoint {path}: its weights do not fit the shape "
+                              f"{META_FILE} records ({first})") from None
+    full = model.state_dict()
+    tied = set(full) - set(without_aliases(full, shape.get("shared") or {}))
+    missing = [name for name in missing if name not in tied]
+    if missing or unexpected:
+        what = f"no tensor {missing[0]}" if missing else f"a tensor {unexpected[0]} it has no place for"
+        raise CompressorError(f"corrupt checkpoint {path}: {file} has {what} (the shape "
+                              f"{META_FILE} records)")
+    return model.eval()
 
 
 SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
@@ -222,17 +259,52 @@ def save_checkpoint(model, tokenizer, out_dir: str, meta: dict, records: Optiona
                     overwrite: bool = True) -> int:
     """Write model, tokenizer, ``compressor.json`` and JSON ``records`` as one atomic folder swap.
 
-    Each record gets the weights' ``size_bytes``; that size is returned.
+    ``compressor.json`` is ``meta`` with the model's ``kind`` and ``shape``
+    (:func:`save_model`). Each record gets the weights' ``size_bytes``; that size is returned.
     """
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
-        model.save_pretrained(tmp)
+        kind, shape = save_model(model, tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         size = size_on_disk(tmp)
-        write_json(os.path.join(tmp, META_FILE), meta)
+        write_json(os.path.join(tmp, META_FILE), with_kind(meta, kind, shape))
         for name, record in (records or {}).items():
             write_json(os.path.join(tmp, name), {**record, "size_bytes": size})
     return size
+
+
+def save_model(model, folder: str) -> Tuple[str, Optional[dict]]:
+    """The model's config and weights into ``folder``; returns its kind and shape (kind ``hf``).
+
+    A model that is no transformers encoder names its kind (``compressor_kind``,
+    registered with ``compressor.loaders.register_loader``) and saves itself
+    (``save_pretrained``). A transformers encoder whose shape ``config.json``
+    describes is saved by ``save_pretrained``, so transformers loads it alone;
+    any other shape as ``config.json`` plus ``model.safetensors`` holding each
+    shared tensor once (no pickle), rebuilt by :func:`load_shaped`.
+    """
+    kind = getattr(model, "compressor_kind", "hf")
+    if kind != "hf":
+        model.save_pretrained(folder)
+        return kind, None
+    from safetensors.torch import save_file
+
+    shape = shape_of(model)
+    if is_plain(shape, model.config):
+        model.save_pretrained(folder)
+        return kind, shape
+    os.makedirs(folder, exist_ok=True)
+    model.config.save_pretrained(folder)
+    state = without_aliases(model.state_dict(), shape.get("shared") or {})
+    save_file({name: t.detach().cpu().contiguous() for name, t in state.items()},
+              os.path.join(folder, SAFE_WEIGHTS[0]), metadata={"format": "pt"})
+    return kind, shape
+
+
+def with_kind(meta: dict, kind: str, shape: Optional[dict]) -> dict:
+    """``meta`` saying what the folder now holds (a source's kind and shape give way)."""
+    meta = {k: v for k, v in meta.items() if k not in ("kind", "shape")}
+    return {**meta, "kind": kind, **({"shape": shape} if shape else {})}
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -16,6 +16,7 @@ from .device import autocast, resolve_device
 from .errors import CompressorError
 from .io import versions, write_json, write_text
 from .metrics import compute_metrics, task_score
+from .loaders import kind_of
 from .models import load_for_task, read_meta, resolve_model
 from .progress import progress
 
@@ -27,7 +28,7 @@ def predict_logits(model, tokenizer, examples: Sequence, max_length: int, batch_
                    device: Optional[torch.device] = None, precision: str = "fp32",
                    desc: Optional[str] = None) -> np.ndarray:
     """Logits for ``examples`` in input order (regression: shape ``[n]``)."""
-    device = device or next(model.parameters()).device
+    device = device or next(model.parameters(), torch.empty(0)).device  # no parameters: an ONNX graph
     items = encode(tokenizer, examples, max_length, model.config)
     regression = model.config.num_labels == 1
     out = np.zeros((len(items), model.config.num_labels), dtype=np.float32)
@@ -66,16 +67,10 @@ def _require_labels(dataset) -> None:
                               "it can be predicted, not scored")
 
 
-def _onnx_export(path: str) -> bool:
-    from export.onnx import is_export
-
-    return os.path.isdir(path) and is_export(path)
-
-
 def _task_for(model_path: str, task: Optional[str]):
     """The task named, else the one the checkpoint says it was trained on (custom ones too)."""
-    meta = read_meta(model_path)
-    if not meta and _onnx_export(model_path):
+    meta = read_meta(model_path) if os.path.isdir(model_path) else {}
+    if not meta.get("task") and kind_of(model_path) == "onnx":  # an export written before its compressor.json
         from export.onnx import read_manifest
 
         manifest = read_manifest(model_path)
@@ -96,9 +91,9 @@ def evaluate(model: str, task: Optional[str] = None, split: str = "dev",
              text_columns: Optional[Sequence[str]] = None, label_column: str = "label") -> dict:
     """Score a checkpoint on a task split, or on a labelled file of the user's (``input``).
 
-    An ONNX export folder is scored with onnxruntime, one sentence at a time, as
-    ``quantize`` and ``bench`` score graphs. The record is returned, and written to
-    ``out`` (JSON) when given.
+    Every kind of folder the toolkit writes is scored on this one path; an ONNX
+    export runs in onnxruntime, one sentence at a time, as ``quantize`` and
+    ``bench`` score graphs. The record is returned, and written to ``out`` (JSON) when given.
     """
     path = resolve_model(model)
     task_spec, meta = _task_for(path, task)
@@ -109,27 +104,18 @@ def evaluate(model: str, task: Optional[str] = None, split: str = "dev",
         split = "user"
     else:
         dataset = load_split(task_spec, split, data_dir=data_dir, limit=limit)
-    is_onnx = _onnx_export(path)
-    if is_onnx:
-        from export.onnx import read_manifest, score_onnx
-
-        _require_labels(dataset)
-        max_length = read_manifest(path).get("max_length", max_length)  # what its Predictor applies
-        start = time.perf_counter()
-        metrics = score_onnx(path, dataset)
-    else:
-        dev = resolve_device(device)
-        net, tokenizer = load_for_task(path, task_spec)
-        net.to(dev)
-        start = time.perf_counter()
-        metrics = score(net, tokenizer, dataset, max_length, batch_size, dev,
-                        desc=f"eval {task_spec.name}/{split}")
+    dev = resolve_device(device)
+    net, tokenizer = load_for_task(path, task_spec, pytorch=False)
+    net.to(dev)
+    start = time.perf_counter()
+    metrics = score(net, tokenizer, dataset, max_length, batch_size, dev,
+                    desc=f"eval {task_spec.name}/{split}")
     record = {
         "model": os.path.abspath(path) if os.path.isdir(path) else path,
         "task": task_spec.name, "split": split, "metrics": metrics,
         "score": task_score(task_spec, metrics), "examples": len(dataset),
         "data": dataset.source, "max_length": max_length,
-        "engine": "onnxruntime" if is_onnx else "pytorch",
+        "engine": getattr(net, "engine", "pytorch"),
         "wall_time_s": round(time.perf_counter() - start, 3), "versions": versions(),
     }
     if out:
@@ -148,15 +134,11 @@ def predict(model: str, input: str, output: str, task: Optional[str] = None,
     own files, the columns it was trained on are the default).
     """
     path = resolve_model(model)
-    if _onnx_export(path):  # as `predict --onnx` does: onnxruntime, no torch
-        from export.onnx import predict_file
-
-        return predict_file(path, input, output, text_columns=text_columns, batch_size=batch_size)
     task_spec, meta = _task_for(path, task)
     max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
     dataset = read_rows_to_label(input, task_spec, text_columns, output=output)
     dev = resolve_device(device)
-    net, tokenizer = load_for_task(path, task_spec)
+    net, tokenizer = load_for_task(path, task_spec, pytorch=False)
     net.to(dev)
     logits = predict_logits(net, tokenizer, dataset.examples, max_length, batch_size, dev,
                             desc="predict")

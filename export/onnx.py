@@ -20,6 +20,7 @@ import numpy as np
 
 from compressor.errors import CompressorError
 from compressor.io import atomic_dir, check_output_dir, is_disk_full, read_json, versions, write_json
+from compressor.loaders import META_FILE
 
 MODEL_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
@@ -76,6 +77,7 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
             "versions": _versions(),
         }
         write_json(os.path.join(tmp, MANIFEST_FILE), manifest)
+        write_json(os.path.join(tmp, META_FILE), _export_meta(path, manifest))
         if parity:
             source = "given examples"
             if examples is None:
@@ -208,7 +210,7 @@ def _export_torch(net, tokenizer, out: str, opset: int) -> None:
 
 
 def _copy_side_files(src: str, tokenizer, out: str) -> None:
-    for name in ("config.json", "compressor.json") + _TOKENIZER_FILES:
+    for name in ("config.json",) + _TOKENIZER_FILES:
         file = os.path.join(src, name)
         if os.path.isfile(file) and not os.path.exists(os.path.join(out, name)):
             shutil.copy2(file, out)
@@ -217,6 +219,15 @@ def _copy_side_files(src: str, tokenizer, out: str) -> None:
         if not getattr(tokenizer, "is_fast", False):
             raise CompressorError(f"{src}: the runtime needs a fast tokenizer (tokenizer.json)")
         tokenizer.backend_tokenizer.save(os.path.join(out, "tokenizer.json"))
+
+
+def _export_meta(source: str, manifest: dict) -> dict:
+    """The source's ``compressor.json``, saying the folder is now kind ``onnx`` and where it came from."""
+    from compressor.models import read_meta, with_kind
+
+    meta = {**read_meta(source), "made_by": "export", "source": manifest["source"],
+            **{k: manifest[k] for k in ("task", "task_spec", "labels", "max_length")}}
+    return with_kind(meta, "onnx", None)
 
 
 def _graph_inputs(model_file: str) -> list:

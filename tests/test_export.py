@@ -13,19 +13,20 @@ from conftest import ARCHS, tiny_config
 from compressor.data import get_task, load_split
 from compressor.errors import CompressorError
 from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
+from compressor.shapes import resize_layers
 from export import Predictor, export_onnx, read_manifest
 
 SST2 = get_task("sst2")
 
 
-def _task_checkpoint(root, arch, tokenizer, prune=None):
+def _task_checkpoint(root, arch, tokenizer, keep_heads=None):
     config = tiny_config(arch)
     config.vocab_size = tokenizer.vocab_size
     config.num_labels = 2
     torch.manual_seed(0)
     model = transformers.AutoModelForSequenceClassification.from_config(config)
-    if prune:
-        model.prune_heads(prune)
+    if keep_heads:
+        resize_layers(model, heads=keep_heads)
     path = str(root / f"{arch}-sst2")
     save_checkpoint(model, tokenizer, path, checkpoint_meta(SST2, 64, "test"))
     return path
@@ -76,7 +77,7 @@ def test_every_architecture_exports_with_dynamic_axes_and_parity(arch, checkpoin
 
 
 def test_torch_onnx_exporter_and_pruned_heads_that_differ_per_layer(tmp_path, tokenizer):
-    path = _task_checkpoint(tmp_path, "bert", tokenizer, prune={0: [0, 1], 1: [3]})
+    path = _task_checkpoint(tmp_path, "bert", tokenizer, keep_heads=[[2, 3], [0, 1, 2]])
     net, _ = load_for_task(path)
     assert net.bert.encoder.layer[0].attention.self.num_attention_heads == 2
     for exporter in ("torch", "optimum"):
@@ -93,10 +94,8 @@ def test_shared_layer_weights_export(tmp_path, tokenizer):
     model = transformers.AutoModelForSequenceClassification.from_config(config)
     model.bert.encoder.layer[1] = model.bert.encoder.layer[0]  # one layer's weights used twice
     net_dir = str(tmp_path / "shared")
-    model.save_pretrained(net_dir, safe_serialization=False)
-    tokenizer.save_pretrained(net_dir)
-    with open(os.path.join(net_dir, "compressor.json"), "w") as f:
-        json.dump(checkpoint_meta(SST2, 64, "test"), f)
+    save_checkpoint(model, tokenizer, net_dir, checkpoint_meta(SST2, 64, "test"))  # safetensors, stored once
+    assert not os.path.exists(os.path.join(net_dir, "pytorch_model.bin"))
     m = export_onnx(net_dir, str(tmp_path / "onnx"), data_dir="embedded", parity_limit=32)
     assert m["parity"]["identical_predictions"] >= 0.995
 

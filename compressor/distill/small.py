@@ -4,8 +4,8 @@ They read the teacher tokenizer's ids, take ``(input_ids, attention_mask,
 token_type_ids=None)`` and return an output with ``.logits`` (and ``.loss``
 given labels), like a Hugging Face classifier, so training, scoring,
 prediction and ONNX export treat them like any other checkpoint. A folder
-holds ``config.json``, ``model.safetensors``, the tokenizer, and
-``compressor.json`` whose ``architecture`` names the class.
+holds ``config.json`` (whose ``model_type`` names the class),
+``model.safetensors``, the tokenizer, and ``compressor.json`` of kind ``small``.
 """
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ import torch.nn.functional as F
 
 from ..errors import CompressorError
 from ..io import read_json, write_json
+from ..loaders import register_loader
+from ..models import load_tokenizer
 
 WEIGHTS = "model.safetensors"
 
@@ -55,6 +57,8 @@ class SmallConfig:
 
 
 class _SmallClassifier(nn.Module):
+    compressor_kind = "small"  # what save_checkpoint records; load_small rebuilds it
+
     def __init__(self, config: SmallConfig):
         super().__init__()
         self.config = config
@@ -170,17 +174,16 @@ def build_small(kind: str, tokenizer, task, embedding_dim: int = 64, hidden_size
     return model
 
 
-def load_small(path: str, task=None) -> _SmallClassifier:
-    """Load a small classifier folder written by ``save_pretrained``."""
+@register_loader("small")
+def load_small(path: str, task=None, **_):
+    """(model, tokenizer) of a small classifier folder written by ``save_pretrained``."""
     from safetensors.torch import load_file
 
-    from ..models import read_meta
-
-    kind = read_meta(path).get("architecture")
-    if kind not in CLASSES:
-        raise CompressorError(f"{path}: compressor.json names architecture '{kind}', which this "
-                              f"version cannot load (known: {', '.join(CLASSES)})")
     config_file, weights = os.path.join(path, "config.json"), os.path.join(path, WEIGHTS)
+    kind = read_json(config_file).get("model_type") if os.path.isfile(config_file) else None
+    if kind not in CLASSES:
+        raise CompressorError(f"{config_file}: model_type {kind!r} is no small classifier this "
+                              f"version can load (known: {', '.join(CLASSES)})")
     try:
         config = SmallConfig(**read_json(config_file))
         model = CLASSES[config.model_type](config)
@@ -193,4 +196,4 @@ def load_small(path: str, task=None) -> _SmallClassifier:
         raise CompressorError(f"{path} classifies into {config.num_labels} labels but task "
                               f"{task.name} has {task.num_labels}")
     model.eval()
-    return model
+    return model, load_tokenizer(path)

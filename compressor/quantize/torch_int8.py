@@ -1,20 +1,22 @@
 """Quantised PyTorch models: torchao dynamic INT8, FP16/BF16, and their folders.
 
 A folder of kind ``torch-quantized`` holds ``config.json``, the tokenizer,
-``compressor.json``, ``quantization.json`` (how it was made: the recipe) and
-the weights, in safetensors only, so that loading a folder never unpickles
-anything (a pickle can run code):
+``compressor.json`` (its kind, and the encoder's per-layer ``shape``),
+``quantization.json`` (how it was made: the recipe) and the weights, in
+safetensors only, so that loading a folder never unpickles anything (a pickle
+can run code):
 
 - torchao INT8: ``model_int8.safetensors``, the plain tensors inside torchao's
   quantised weights (``NAME:qdata`` in int8, ``NAME:scale``,
   ``NAME:zero_point``) beside the ordinary ones. Loading builds the model from
-  ``config.json``, quantises it by the same recipe and puts the saved tensors in.
+  ``config.json`` at its shape, quantises it by the same recipe and puts the
+  saved tensors in.
 - INC: ``model_fp32.safetensors`` (the FP32 weights, smoothed when SmoothQuant
   was asked for; INC's PT2E graph quantises them as it runs) and
   ``calibration.safetensors`` (the observers' statistics and the example inputs
   of the export). Loading exports, prepares and converts the model again with
   those statistics: the graph quantisation made, rebuilt.
-- FP16/BF16: ``model.safetensors`` (``save_pretrained``).
+- FP16/BF16: ``model.safetensors`` (``compressor.models.save_model``).
 
 Folders of older versions (``model_int8.pt``, ``model.pt2``) hold pickles and
 are refused with one line.
@@ -30,7 +32,9 @@ import torch
 
 from ..errors import CompressorError
 from ..io import atomic_dir, read_json, write_json
-from ..models import META_FILE, size_on_disk
+from ..loaders import register_loader
+from ..models import META_FILE, load_shaped, read_meta, save_model, size_on_disk, with_kind
+from ..shapes import build_model, is_plain, shape_of
 from .presets import HardwarePreset
 
 KIND = "torch-quantized"
@@ -94,8 +98,9 @@ def save_quantized(model, tokenizer, out_dir: str, meta: dict, info: dict,
 
     with atomic_dir(out_dir) as tmp:
         method = info["method"]
+        shape = shape_of(model)
         if method in ("fp16", "bf16"):
-            model.save_pretrained(tmp, safe_serialization=True)
+            save_model(model, tmp)
         elif method == "inc":
             if calibration is None:
                 raise ValueError("an INC folder needs the calibration quantize_inc returned")
@@ -110,7 +115,7 @@ def save_quantized(model, tokenizer, out_dir: str, meta: dict, info: dict,
                       metadata={"format": "pt"})
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        write_json(os.path.join(tmp, META_FILE), meta)
+        write_json(os.path.join(tmp, META_FILE), with_kind(meta, KIND, shape))
         write_json(os.path.join(tmp, INFO_FILE), info)
         size = size_on_disk(tmp)
     return size
@@ -232,7 +237,8 @@ def _read_safetensors(file: str) -> Dict[str, torch.Tensor]:
         raise CompressorError(f"{file}: not a readable safetensors file ({first})") from None
 
 
-def load_quantized(path: str):
+@register_loader(KIND)
+def load_quantized(path: str, task=None, **_):
     """(model, tokenizer) from a ``torch-quantized`` folder, ready for ``compressor.scoring.score``.
 
     Only JSON and safetensors are read: the model is rebuilt from its recipe.
@@ -243,17 +249,23 @@ def load_quantized(path: str):
     info_file = os.path.join(path, INFO_FILE)
     method = info["method"]
     tokenizer = AutoTokenizer.from_pretrained(path)
+    config = AutoConfig.from_pretrained(path)
+    if task is not None and config.num_labels != task.num_labels:
+        raise CompressorError(f"{path} classifies into {config.num_labels} labels but task "
+                              f"{task.name} has {task.num_labels}")
+    shape = read_meta(path).get("shape")
     if method in ("fp16", "bf16"):
         dtype = torch.float16 if method == "fp16" else torch.bfloat16
+        if not is_plain(shape, config):
+            return load_shaped(path, config, shape).to(dtype).eval(), tokenizer
         return AutoModelForSequenceClassification.from_pretrained(
             path, dtype=dtype, use_safetensors=True).eval(), tokenizer
-    config = AutoConfig.from_pretrained(path)
     if method == "inc":
         from .inc import rebuild_inc
 
         weights = _read_safetensors(os.path.join(path, INC_WEIGHTS))
         calibration = _read_safetensors(os.path.join(path, INC_CALIBRATION))
-        model = AutoModelForSequenceClassification.from_config(config).eval()
+        model = build_model(config, shape).eval()
         return rebuild_inc(model, weights, calibration, info, where=path), tokenizer
     from .presets import HardwarePreset as _Preset
 
@@ -262,7 +274,7 @@ def load_quantized(path: str):
     except (KeyError, TypeError):
         raise CompressorError(f"{info_file}: no valid preset (the hardware preset it was quantised "
                               "for)") from None
-    model = AutoModelForSequenceClassification.from_config(config).eval()
+    model = build_model(config, shape).eval()
     quantize_torchao(model, preset, info.get("exclude", ()), weight_only=info.get("weight_only", False))
     _quiet_torchao()
     weights = os.path.join(path, INT8_WEIGHTS)
