@@ -29,6 +29,28 @@ def _train_config(kwargs):
     return TrainConfig(**{k: kwargs.pop(k) for k in names})
 
 
+nproc_option = click.option(
+    "--nproc", type=int, default=1, show_default=True,
+    help="Train data-parallel in N processes on this host (one GPU each, or CPUs through gloo): "
+         "the command runs again under torchrun; the global batch stays --batch-size.")
+
+
+def _relaunched(nproc: int, device) -> bool:
+    """With ``--nproc N`` (N > 1) run this same command in N processes; True once it has."""
+    if nproc == 1:
+        return False
+    from .distributed import launch
+
+    root = click.get_current_context().find_root()
+    argv = list((root.obj or {}).get("argv") or sys.argv[1:])
+    argv = [a for i, a in enumerate(argv)   # drop --nproc N / --nproc=N
+            if a != "--nproc" and not a.startswith("--nproc=") and (i == 0 or argv[i - 1] != "--nproc")]
+    code = launch(nproc, argv, device)
+    if code:
+        sys.exit(code)
+    return True
+
+
 data_dir_option = click.option(
     "--data-dir", envvar="GLUE_DIR", default=None, show_envvar=True,
     help="Folder in GLUE's layout (SST-2/train.tsv ...), or 'embedded' for the packaged SST-2 slice.")
@@ -60,11 +82,15 @@ text_column_option = click.option(
 @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
 @click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
+@nproc_option
 @_train_options
 def finetune(model, task, out, data_dir, train_file, dev_file, text_columns, label_column,
-             train_limit, dev_limit, overwrite, **kwargs):
+             train_limit, dev_limit, overwrite, nproc, **kwargs):
     """Fine-tune a model on a GLUE task or your own files; writes the checkpoint and metrics.json."""
     from .train import finetune as run
+
+    if _relaunched(nproc, kwargs["device"]):
+        return
 
     user_data = _user_data(train_file, dev_file, text_columns, label_column)
     record = run(model, task, out, data_dir=data_dir, train_limit=train_limit,
@@ -139,9 +165,11 @@ def predict(model, input_, output, task, text_columns, batch_size, max_length, d
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run folder (resumable).")
 @data_dir_option
 @click.option("--device", default=None, help="Overrides the recipe's device.")
-def run(recipe, out, data_dir, device):
+@nproc_option
+def run(recipe, out, data_dir, device, nproc):
     """Run a recipe; re-running resumes from the first unfinished stage."""
-    _run_and_print(recipe, out, data_dir, device)
+    if not _relaunched(nproc, device):
+        _run_and_print(recipe, out, data_dir, device)
 
 
 @cli.command()
@@ -260,13 +288,17 @@ def main(argv=None):
     # transformers' advice ("You should probably TRAIN this model...") is noise at a command line
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     previous = _terminate_like_ctrl_c()
+    rank = int(os.environ.get("RANK", "0") or 0)
+    if rank:   # one of several processes (torchrun): rank 0 prints the results
+        sys.stdout = open(os.devnull, "w")
     try:
-        code = cli.main(args=argv, prog_name="compressor", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="compressor", standalone_mode=False,
+                        obj={"argv": list(sys.argv[1:] if argv is None else argv)})
         if isinstance(code, int) and code:
             sys.exit(code)
     except CompressorError as exc:
         for line in str(exc).splitlines():
-            click.echo(f"error: {line}", err=True)
+            click.echo(f"error: {f'rank {rank}: ' if rank else ''}{line}", err=True)
         sys.exit(1)
     except click.exceptions.Abort:
         click.echo("interrupted: run the same command again to resume", err=True)
@@ -290,6 +322,9 @@ def main(argv=None):
             import signal
 
             signal.signal(signal.SIGTERM, previous)
+        from .distributed import shutdown
+
+        shutdown()
 
 
 if __name__ == "__main__":

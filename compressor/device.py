@@ -5,6 +5,7 @@ import contextlib
 
 import torch
 
+from . import distributed
 from .errors import CompressorError
 from .settings import device_problem
 
@@ -18,11 +19,17 @@ def resolve_device(name: str = "auto") -> torch.device:
     if problem:
         raise CompressorError(problem)
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
             raise CompressorError(f"device '{name}' was asked for but this machine has no CUDA GPU "
                                   "that torch can use; pass --device cpu")
+        if distributed.world_size() > 1:   # one GPU per process: the one torchrun numbered
+            if name != "cuda":
+                raise CompressorError(f"device '{name}' names one GPU, but each of the "
+                                      f"{distributed.world_size()} processes takes its own; "
+                                      "pass --device cuda or auto")
+            return torch.device("cuda", distributed.local_rank())
         return torch.device(name)
     return torch.device("cpu")
 

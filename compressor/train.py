@@ -11,21 +11,22 @@ import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, replace
-from typing import Callable, Optional
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
 
-from .batches import encode, iter_batches, to_device
+from . import distributed
+from .batches import collate, encode, iter_batches, to_device
 from .data import UserData, get_task, load_data
-from .device import PRECISIONS, autocast, check_precision, resolve_device
+from .device import PRECISIONS, check_precision, resolve_device
 from .errors import CompressorError
 from .settings import check_fields, not_negative, positive, setting
 from .settings import device as device_setting
-from .scoring import score
+from .scoring import predict_logits, predictions_from_logits
 from .io import check_output_dir, versions
-from .metrics import task_score
+from .metrics import compute_metrics, task_score
 from .models import checkpoint_meta, count_parameters, load_for_task, save_checkpoint
 from .progress import progress
 
@@ -70,15 +71,134 @@ def task_loss(model, batch):
     return model(**batch).loss
 
 
-def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
-        loss_fn: Callable = task_loss, desc: str = "train") -> dict:
-    """Train ``model`` in place and leave it holding its best dev-scoring weights.
+class Callback:
+    """Hooks into ``fit``: override the ones a method needs (pruning schedules and masks,
+    Theseus replacement rates, exit heads). Each runs on every rank, in the order given,
+    with the :class:`TrainState`; what they change must be the same on every rank."""
 
-    Returns the history: one entry per evaluation, plus the best one.
+    def on_train_begin(self, state: "TrainState") -> None:
+        pass
+
+    def on_epoch_begin(self, state: "TrainState") -> None:
+        pass
+
+    def on_step_begin(self, state: "TrainState") -> None:
+        """Before the batches of optimiser step ``state.step + 1`` run forward."""
+
+    def on_optimizer_step(self, state: "TrainState") -> None:
+        """Right after the optimiser changed the weights (``state.step`` counts it)."""
+
+    def on_epoch_end(self, state: "TrainState") -> None:
+        pass
+
+    def on_evaluate(self, state: "TrainState", entry: dict) -> None:
+        pass
+
+    def may_keep(self, state: "TrainState", entry: dict) -> bool:
+        """The checkpoint rule: whether the weights just scored may become the kept ("best")
+        ones. A pruning schedule says no until its target sparsity is reached."""
+        return True
+
+    def on_train_end(self, state: "TrainState") -> None:
+        pass
+
+
+@dataclass
+class TrainState:
+    """What callbacks see (and may change) while ``fit`` runs."""
+
+    model: torch.nn.Module        # the model being trained, unwrapped (one copy per rank)
+    optimizer: torch.optim.Optimizer
+    config: TrainConfig
+    total_steps: int
+    steps_per_epoch: int
+    step: int = 0                 # optimiser steps done
+    epoch: int = 0                # epochs begun
+    history: list = field(default_factory=list)
+    stop: bool = False            # set by a callback: training ends after this step
+    world_size: int = 1
+
+
+def unwrap(model):
+    """The module inside a data-parallel wrapper (or ``model`` itself)."""
+    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+
+
+def _accelerator(config: TrainConfig, device: torch.device):
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+
+    alone = distributed.world_size() <= 1
+    # accelerate keeps one global state; each fit sets its own precision and accumulation
+    AcceleratorState._reset_state(reset_partial_state=alone)
+    GradientState._reset_state()
+    if not alone:
+        distributed.init(config.device)
+    precision = {"fp32": "no"}.get(config.precision, config.precision)
+    return Accelerator(cpu=device.type == "cpu", mixed_precision=precision,
+                       gradient_accumulation_steps=config.grad_accum, device_placement=False)
+
+
+def _local_rows(batch: dict, world: int):
+    """This rank's rows of a global batch, trimmed to their own longest row, and the weight
+    that makes the ranks' averaged gradients those of the whole batch."""
+    rows = len(batch["input_ids"])
+    mine = distributed.shard(range(rows))
+    weight = world * len(mine) / rows
+    if not len(mine):   # fewer rows than ranks: run one row that counts for nothing
+        mine, weight = range(1), 0.0
+    local = {k: v[mine.start:mine.stop] for k, v in batch.items()}
+    width = int(local["attention_mask"].sum(-1).max())
+    return {k: v[:, :width] if v.dim() == 2 else v for k, v in local.items()}, weight
+
+
+def _freeze_unused(model, loss_fn, accelerator, batch: dict, device) -> list:
+    """Freeze the trainable weights the loss gives no gradient (a classifier while only layer
+    losses train, say), as one process leaves them be: data parallel waits for every
+    gradient it was given. One probing step finds them; the random state is put back."""
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    local, _ = _local_rows(batch, distributed.world_size())
+    with accelerator.autocast():
+        loss = loss_fn(model, to_device(local, device))
+    loss.backward()
+    unused = {n for n, p in model.named_parameters() if p.requires_grad and p.grad is None}
+    model.zero_grad(set_to_none=True)
+    torch.set_rng_state(cpu_rng)
+    if cuda_rng is not None:
+        torch.cuda.set_rng_state(cuda_rng, device)
+    unused = distributed.broadcast(unused)
+    frozen = [p for n, p in model.named_parameters() if n in unused]
+    for p in frozen:
+        p.requires_grad_(False)
+    return frozen
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
+        loss_fn: Callable = task_loss, desc: str = "train",
+        callbacks: Sequence[Callback] = ()) -> dict:
+    """Train ``model`` in place and leave it holding the best-scoring dev weights that every
+    callback's ``may_keep`` allows (the last weights when none were allowed).
+
+    Runs on ``accelerate``: under torchrun each process trains on its share of every batch
+    (the global batch is ``batch_size``, as in one process) and evaluation is gathered.
+    ``loss_fn(model, batch)`` gets the wrapped model: it must call it, not a submodule, so
+    that data parallel sees the forward (``unwrap`` reaches the model's own attributes).
+    Returns the history (one entry per evaluation), the best entry, and throughput.
     """
     config.check()
+    if not dev_set.labelled:
+        raise CompressorError(f"{dev_set.source} has no labels ({dev_set.split} split): "
+                              "training scores the dev split")
+    world = distributed.world_size()
     device = resolve_device(config.device)
     check_precision(config.precision, device)
+    accelerator = _accelerator(config, device)
     task = train_set.task
     model.to(device)
     items = encode(tokenizer, train_set.examples, config.max_length, model.config)
@@ -92,6 +212,8 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
         total_steps = min(total_steps, config.max_steps) if config.epochs > 0 else config.max_steps
     eval_every = config.eval_every or steps_per_epoch
 
+    frozen = _freeze_unused(model, loss_fn, accelerator, collate(
+        items[:config.batch_size], pad_id, task.is_regression), device) if world > 1 else []
     no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for n, p in model.named_parameters() if p.requires_grad and not n.endswith(no_decay)]
@@ -105,57 +227,104 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
             return (step + 1) / (warmup_steps + 1)
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
+    # not prepared: accelerate would step it once per process, and the global batch is fixed
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     weight_limit = max(WEIGHT_LIMIT, 100 * _largest_weight(model))
-    scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
+    wrapped, optimizer = accelerator.prepare(model, optimizer)
+    # mixed precision covers the training step (below); evaluation runs as the model is used
+    accelerator.unwrap_model(wrapped, keep_fp32_wrapper=False)
     generator = torch.Generator().manual_seed(config.seed)
+    if distributed.rank():   # its own dropout draws: the ranks' rows are different rows
+        torch.manual_seed(config.seed + distributed.rank())
 
-    history, best, best_state = [], None, None
-    step, micro = 0, 0
+    state = TrainState(model, optimizer, config, total_steps, steps_per_epoch, world_size=world)
+    best, best_state = None, None
+    micro, rows_seen, eval_s = 0, 0, 0.0
+    step_loss, pending = None, None   # the loss is read one step late: the GPU never waits
     start = time.perf_counter()
     bar = progress(total=total_steps, desc=desc, unit="step")
-    model.train()
-    while step < total_steps:
+    _each(callbacks, "on_train_begin", state)
+    wrapped.train()
+    while state.step < total_steps and not state.stop:
+        state.epoch += 1
+        _each(callbacks, "on_epoch_begin", state)
         for batch in iter_batches(items, config.batch_size, pad_id, task.is_regression, generator):
-            with autocast(device, config.precision):
-                loss = loss_fn(model, to_device(batch, device)) / config.grad_accum
-            if not torch.isfinite(loss):
-                raise CompressorError(f"training diverged at step {step} (loss {loss.item()}); "
-                                      "lower the learning rate")
-            (scaler.scale(loss) if scaler else loss).backward()
+            if micro % config.grad_accum == 0:
+                _each(callbacks, "on_step_begin", state)
+            rows_seen += len(batch["input_ids"])
+            local, weight = _local_rows(batch, world) if world > 1 else (batch, 1.0)
+            with accelerator.accumulate(wrapped):
+                with accelerator.autocast():
+                    loss = loss_fn(wrapped, to_device(local, device))
+                if weight != 1.0:
+                    loss = loss * weight
+                accelerator.backward(loss)
+            loss = loss.detach().float()
+            step_loss = loss if step_loss is None else step_loss + loss
             micro += 1
-            if micro % config.grad_accum:
+            if not accelerator.sync_gradients:
                 continue
-            if scaler:
-                scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-            if scaler:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
+            accelerator.clip_grad_norm_(params, config.max_grad_norm)
+            optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
-            step += 1
+            state.step += 1
+            _each(callbacks, "on_optimizer_step", state)
+            if pending is not None:
+                _check_loss(*pending, bar)
+            pending = (state.step, accelerator.reduce(step_loss, "mean") / config.grad_accum)
+            step_loss = None
             bar.update(1)
-            bar.set_postfix(loss=f"{loss.item() * config.grad_accum:.4f}", refresh=False)
-            if step % eval_every == 0 or step == total_steps:
-                _check_weights(model, step, config, weight_limit)
-                entry = _evaluate(model, tokenizer, dev_set, config, device, step, start)
-                history.append(entry)
-                if best is None or entry["score"] > best["score"]:
+            if state.step % eval_every == 0 or state.step == total_steps or state.stop:
+                _check_loss(*pending, bar)
+                pending = None
+                _check_weights(model, state.step, config, weight_limit)
+                _sync(device)
+                eval_start = time.perf_counter()
+                entry = _evaluate(model, tokenizer, dev_set, config, device, state.step, start)
+                eval_s += time.perf_counter() - eval_start
+                entry["kept"] = all(cb.may_keep(state, entry) for cb in callbacks)
+                state.history.append(entry)
+                _each(callbacks, "on_evaluate", state, entry)
+                if entry["kept"] and (best is None or entry["score"] > best["score"]):
                     best = entry
                     best_state = {k: v.detach().to("cpu", copy=True)
                                   for k, v in model.state_dict().items()}
-                model.train()
-            if step >= total_steps:
+                wrapped.train()
+            if state.step >= total_steps or state.stop:
                 break
+        _each(callbacks, "on_epoch_end", state)
+    if pending is not None:
+        _check_loss(*pending, bar)
+    _sync(device)
+    elapsed = time.perf_counter() - start
     bar.close()
+    _each(callbacks, "on_train_end", state)
+    for p in frozen:
+        p.requires_grad_(True)
     if best_state is not None:
         model.load_state_dict(best_state)
+    elif state.history:   # no evaluation was allowed to be kept: the last weights stay
+        best = state.history[-1]
     model.eval()
-    return {"history": history, "best": best, "steps": step,
-            "train_time_s": round(time.perf_counter() - start, 2)}
+    loop_s = elapsed - eval_s
+    return {"history": state.history, "best": best, "steps": state.step,
+            "train_time_s": round(elapsed, 2), "processes": world,
+            "train_rows": rows_seen, "train_loop_s": round(loop_s, 3),
+            "samples_per_s": round(rows_seen / loop_s, 2) if loop_s > 0 else None}
+
+
+def _each(callbacks, hook: str, *args) -> None:
+    for cb in callbacks:
+        getattr(cb, hook)(*args)
+
+
+def _check_loss(step: int, loss: torch.Tensor, bar) -> None:
+    value = loss.item()
+    if not math.isfinite(value):
+        raise CompressorError(f"training diverged at step {step} (loss {value}); "
+                              "lower the learning rate")
+    bar.set_postfix(loss=f"{value:.4f}", refresh=False)
 
 
 # No encoder's weights come near this; the first step at a learning rate like 1e6 sets them to ~1e6.
@@ -179,7 +348,14 @@ def _check_weights(model, step: int, config, limit: float) -> None:
 
 
 def _evaluate(model, tokenizer, dev_set, config, device, step, start) -> dict:
-    metrics = score(model, tokenizer, dev_set, config.max_length, max(64, config.batch_size), device)
+    """Dev metrics; under several processes each scores its share and all gather the logits."""
+    examples = distributed.shard(dev_set.examples)
+    logits = predict_logits(model, tokenizer, examples, config.max_length,
+                            max(64, config.batch_size), device) if len(examples) else None
+    logits = np.concatenate([part for part in distributed.gather([logits]) if part is not None])
+    regression = dev_set.task.is_regression
+    metrics = compute_metrics(dev_set.task, predictions_from_logits(logits, regression),
+                              [ex.label for ex in dev_set.examples])
     return {"step": step, "metrics": metrics, "score": task_score(dev_set.task, metrics),
             "elapsed_s": round(time.perf_counter() - start, 2)}
 
@@ -215,10 +391,13 @@ def finetune(model: str, task: Optional[str], out: str, data_dir: Optional[str] 
         "data": train_set.source, "seed": config.seed, "base_model": model,
         "parameters": count_parameters(net), "best_step": result["best"]["step"],
         "steps": result["steps"], "history": result["history"],
+        "processes": result["processes"], "samples_per_s": result["samples_per_s"],
         "wall_time_s": round(time.perf_counter() - start, 2),
         "config": asdict(config), "versions": versions(),
     }
     meta = checkpoint_meta(task_spec, config.max_length, "finetune")
     net.to("cpu")
-    record["size_bytes"] = save_checkpoint(net, tokenizer, out, meta, {"metrics.json": record})
+    if distributed.is_main():   # every process holds the same weights; one writes them
+        record["size_bytes"] = save_checkpoint(net, tokenizer, out, meta, {"metrics.json": record})
+    distributed.barrier()
     return record

@@ -39,7 +39,8 @@ def _settings(pairs, what):
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
-    from ..cli import _print_metrics, _train_options, _user_data, data_dir_option, text_column_option
+    from ..cli import (_print_metrics, _relaunched, _train_options, _user_data, data_dir_option,
+                       nproc_option, text_column_option)
 
     @cli.command()
     @click.option("--teacher", required=True, help="The teacher: a task checkpoint folder.")
@@ -67,12 +68,16 @@ def register(cli):
     @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
     @click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
     @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
+    @nproc_option
     @_train_options
     def distill(teacher, out, task, data_dir, train_file, dev_file, text_columns, label_column,
                 student, loss, intermediate_epochs, intermediate_lr,
-                no_cache, train_limit, dev_limit, overwrite, **kwargs):
+                no_cache, train_limit, dev_limit, overwrite, nproc, **kwargs):
         """Distil a task checkpoint into a smaller student; writes the student and metrics.json."""
         from .distiller import DistillConfig, distill as run
+
+        if _relaunched(nproc, kwargs["device"]):
+            return
 
         student_values = _settings(student, "student") or {"kind": "layers", "num_layers": 3}
         config = DistillConfig(**kwargs, student=student_values,

@@ -19,7 +19,8 @@ from ..models import (checkpoint_meta, count_parameters, load_for_task, resolve_
                       save_checkpoint, size_on_disk)
 from ..scoring import predict_logits, score
 from ..settings import from_values, not_negative, setting
-from ..train import TrainConfig, fit, set_seed
+from .. import distributed
+from ..train import TrainConfig, fit, set_seed, unwrap
 from .losses import KDSettings, Losses, LossSetup, Signals
 from .students import LayersStudent, StudentConfig, build_student, same_tokenizer
 
@@ -154,7 +155,7 @@ class DistillLoss:
             extra["output_hidden_states"] = True
         if self.losses.needs_attentions:
             extra["output_attentions"] = True
-        s_out = model.student(**batch, **extra)
+        s_out = model(**batch, **extra)   # the wrapped Trainee: data parallel sees the forward
         t_out = None
         if self.run_teacher:
             t_inputs = {k: v for k, v in batch.items()
@@ -178,6 +179,7 @@ class DistillLoss:
 
     @staticmethod
     def _project(model: Trainee, states: torch.Tensor, layer: int) -> torch.Tensor:
+        model = unwrap(model)
         proj = model.projections[f"layer{layer}"] if f"layer{layer}" in model.projections else None
         return proj(states) if proj is not None else states
 
@@ -330,6 +332,8 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     }
     meta = student_meta(task_spec, config, student_net, teacher=os.path.abspath(teacher_path)
                         if os.path.isdir(teacher_path) else teacher_path)
-    record["size_bytes"] = save_checkpoint(student_net, student_tok, out, meta,
-                                           {"metrics.json": record}, overwrite=True)
+    if distributed.is_main():   # every process holds the same student; one writes it
+        record["size_bytes"] = save_checkpoint(student_net, student_tok, out, meta,
+                                               {"metrics.json": record}, overwrite=True)
+    distributed.barrier()
     return record

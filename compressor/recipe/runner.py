@@ -13,10 +13,12 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from .. import distributed
 from ..data import load_data, resolve_data_dir
 from ..errors import CompressorError
 from ..io import atomic_dir, read_json, versions, write_json
@@ -64,6 +66,11 @@ def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optiona
     out = os.path.abspath(out)
     if os.path.exists(out) and not os.path.isdir(out):
         raise CompressorError(f"output {out} is a file, not a folder")
+    distributed.init(recipe.device)
+    if not distributed.is_main():
+        # the other processes of a data-parallel run train alongside rank 0, which alone
+        # locks, checks and writes the folder and tells them which stages to run
+        return _run_locked(recipe, out, data_dir, lambda msg: None, None)
     os.makedirs(out, exist_ok=True)
     with run_lock(out), terminate_cleanly():
         previous = _claim(out, recipe)
@@ -81,7 +88,8 @@ def _run_locked(recipe: Recipe, out: str, data_dir, log, previous: Optional[dict
                 if os.path.exists(recipe.source) else recipe.source,
                 "digest": recipe.digest, "task": recipe.task.name, "stages": [],
                 "made": _made_before(previous)}
-    for dirname in ["00-teacher"] + [spec.dirname for spec in recipe.stages]:
+    main = distributed.is_main()
+    for dirname in ["00-teacher"] + [spec.dirname for spec in recipe.stages] if main else []:
         _refuse_foreign(out, dirname, manifest)
     ctx_args = dict(recipe=recipe, task=recipe.task, data_dir=data)
     shared_cache: dict = {}
@@ -95,7 +103,7 @@ def _run_locked(recipe: Recipe, out: str, data_dir, log, previous: Optional[dict
                         StageContext(**ctx_args, model_dir=teacher_source,
                                      teacher_dir=teacher_source, out_dir="", _cache=shared_cache),
                         produces=TRAINABLE, config=teacher_finetune, name="teacher",
-                        manifest=manifest)
+                        manifest=manifest, trains=teacher_finetune is not None)
     rerun = not record.get("_skipped")
     teacher_dir = _abs(out, record["model_dir"])
     teacher_score = record["score"]
@@ -113,19 +121,39 @@ def _run_locked(recipe: Recipe, out: str, data_dir, log, previous: Optional[dict
                             lambda c, st=stage_type, cfg=spec.config: st.run(c, cfg),
                             ctx, produces=stage_type.produces, config=config, name=spec.name,
                             inherited=current, teacher_score=teacher_score,
-                            manifest=manifest, force=rerun)
+                            manifest=manifest, force=rerun, trains=_trains(spec.config))
         rerun = rerun or not record.get("_skipped")
         _append(manifest, record, out)
         if stage_type.produces is not None:
             current = record
-    _drop_stale(out, manifest)
-    manifest["report"] = write_report(out, manifest)
-    write_json(os.path.join(out, MANIFEST), manifest)
-    return manifest
+    if main:
+        _drop_stale(out, manifest)
+        manifest["report"] = write_report(out, manifest)
+        write_json(os.path.join(out, MANIFEST), manifest)
+    return distributed.broadcast(manifest)
+
+
+def _trains(config) -> bool:
+    """Whether a stage trains, so that every process of a data-parallel run takes part."""
+    from ..train import TrainConfig
+
+    return isinstance(config, TrainConfig) or getattr(config, "method", None) == "qat"
 
 
 def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
-               inherited=None, teacher_score=None, manifest=None, force=False) -> dict:
+               inherited=None, teacher_score=None, manifest=None, force=False,
+               trains=True) -> dict:
+    """Run one stage (or skip it). Under several processes rank 0 decides and writes; the
+    others run training stages with it into a throwaway folder and take its record."""
+    if not distributed.is_main():
+        skipped = distributed.broadcast(None)
+        if skipped is not None:
+            return skipped
+        if trains:
+            with tempfile.TemporaryDirectory(prefix="compressor-rank-") as tmp:
+                ctx.out_dir = tmp
+                fn(ctx)
+        return distributed.broadcast(None)
     folder = os.path.join(out, dirname)
     record_file = os.path.join(folder, RECORD)
     if dirname not in manifest["made"]:
@@ -133,14 +161,18 @@ def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
         # claimed in the manifest before the folder appears, so a resumed run knows it is ours
         manifest["made"].append(dirname)
         write_json(os.path.join(out, MANIFEST), manifest)
+    skipped = None
     if os.path.isfile(record_file) and not force:
         old = read_json(record_file)
         if old.get("fingerprint") == fingerprint:
             damage = check_files(folder, old.get("files"))
             if damage is None:
                 log(f"[{dirname}] unchanged since its last run: skipped")
-                return {**old, "_skipped": True}
-            log(f"[{dirname}] {damage}: running it again")
+                skipped = {**old, "_skipped": True}
+            else:
+                log(f"[{dirname}] {damage}: running it again")
+    if distributed.broadcast(skipped) is not None:
+        return skipped
     log(f"[{dirname}] running")
     start = time.perf_counter()
     with atomic_dir(folder) as tmp:
@@ -169,7 +201,7 @@ def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
     score = record.get("score")
     log(f"[{dirname}] done in {record['wall_time_s']:.0f} s"
         + (f": {ctx.task.main_metric} score {score:.2f}" if score is not None else ""))
-    return record
+    return distributed.broadcast(record)   # the folder is in place: the next stage may read it
 
 
 def _check_teacher(recipe: Recipe, source: str) -> None:
@@ -261,7 +293,8 @@ def _append(manifest: dict, record: dict, out: str) -> None:
     manifest["stages"].append({k: record.get(k) for k in (
         "dir", "stage", "kind", "model_dir", "fingerprint", "metrics", "score", "retention",
         "parameters", "size_bytes", "wall_time_s")})
-    write_json(os.path.join(out, MANIFEST), manifest)
+    if distributed.is_main():
+        write_json(os.path.join(out, MANIFEST), manifest)
 
 
 def _model_key(path: str) -> str:
