@@ -73,27 +73,40 @@ def build(spec: Spec, threads: Optional[int] = None) -> Runner:
     raise CompressorError(f"unknown engine {spec.engine!r}; engines: {', '.join(ENGINES)}")
 
 
+def _ort_files(spec: Spec) -> tuple:
+    """(export folder, graph file or None): an ONNX variant is an export folder, or a peer's
+    .onnx file run with the tokenizer of the folder it was made from."""
+    if spec.path.endswith(".onnx"):
+        return spec.tokenizer_path or os.path.dirname(spec.path), os.path.abspath(spec.path)
+    return spec.path, None
+
+
 def _build_ort(spec: Spec, threads: Optional[int]) -> Runner:
-    import onnxruntime as ort
+    from export.runtime import Predictor
 
-    from export.runtime import Predictor, open_session
+    folder, model_file = _ort_files(spec)
+    predictor = Predictor(folder, threads=threads, model_file=model_file)
+    return Runner(spec, predictor.encode, predictor.run)
 
-    folder, model_file = (os.path.dirname(spec.path), os.path.basename(spec.path)) \
-        if spec.path.endswith(".onnx") else (spec.path, None)
-    tok_folder = spec.tokenizer_path or folder
-    predictor = Predictor(tok_folder, threads=threads, model_file=None) if model_file is None else None
-    if predictor is None:
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-        session = open_session(spec.path, options)
-        predictor = Predictor.__new__(Predictor)
-        base = Predictor(tok_folder, threads=1)
-        predictor.__dict__.update(base.__dict__)
-        predictor.session = session
-        predictor.inputs = [i.name for i in session.get_inputs()]
-    return Runner(spec, predictor.encode, lambda feed: predictor.session.run(None, feed)[0])
+
+def score(runner: Runner, task, dev, batch_size: int = 64) -> dict:
+    """A variant's metrics on the labelled ``dev`` rows.
+
+    An ONNX graph is scored by ``export.onnx.score_onnx``, as the export and
+    quantize stages and ``eval`` score it (one sentence at a time, the same
+    session options), so one graph has one score; a PyTorch model in batches
+    of ``batch_size``.
+    """
+    from compressor.metrics import compute_metrics
+
+    if runner.spec.engine == "onnxruntime":
+        from export.onnx import score_onnx
+
+        folder, model_file = _ort_files(runner.spec)
+        return score_onnx(folder, dev, model_file=model_file)
+    logits = runner.logits([_text(ex) for ex in dev.examples], batch_size=batch_size)
+    preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
+    return compute_metrics(task, preds, [ex.label for ex in dev.examples])
 
 
 def _build_torch(spec: Spec) -> Runner:
@@ -400,7 +413,7 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
     """
     import torch
 
-    from compressor.metrics import compute_metrics, task_score
+    from compressor.metrics import task_score
     from compressor.results import row
 
     if not specs:
@@ -418,15 +431,9 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
         log(f"building {len(specs)} variants ({threads} thread{'s' if threads > 1 else ''})")
         runners = [build(s, threads=threads) for s in specs]
         if config.score and not scores:
-            dev_texts = [_text(ex) for ex in dev.examples]
-            labels = [ex.label for ex in dev.examples]
             for r in runners:
-                log(f"scoring {r.spec.name} on {len(dev_texts)} dev rows")
-                # ONNX graphs one sentence at a time, as deployed and timed (dynamic INT8's
-                # activation ranges would otherwise include the padding)
-                logits = r.logits(dev_texts, batch_size=1 if r.spec.engine == "onnxruntime" else 64)
-                preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
-                metrics = compute_metrics(task, preds, labels)
+                log(f"scoring {r.spec.name} on {len(dev)} dev rows")
+                metrics = score(r, task, dev)
                 scores[r.spec.name] = {"metrics": metrics, "score": task_score(task, metrics)}
         log(f"batch 1: {len(texts)} sentences x {len(runners)} variants, interleaved")
         times = interleaved_latency(runners, texts, config.warmup)

@@ -128,10 +128,10 @@ def main():
 
     import torch
 
-    from bench.harness import Spec, build, fingerprint, interleaved_latency, percentiles, sample_texts, _text
+    from bench.harness import Spec, build, fingerprint, interleaved_latency, percentiles, sample_texts, score
     from bench.peers import peer_specs
     from compressor.data import load_split
-    from compressor.metrics import compute_metrics, task_score
+    from compressor.metrics import task_score
     from compressor.models import count_parameters, load_for_task
     from compressor.results import command_line, row, write_results
 
@@ -148,14 +148,11 @@ def main():
                 runners.append(torch_runner(name, folder))
         else:
             runners.append(build(Spec(name, folder, "onnxruntime", "int8", group="ours"), threads=args.threads))
-    texts = [_text(ex) for ex in dev.examples]
-    labels = [ex.label for ex in dev.examples]
     scores = {}
     for r in runners:
         log(f"scoring {r.spec.name}")
         # one sentence at a time: dynamic INT8's ranges would otherwise include other rows' padding
-        preds = r.logits(texts, batch_size=1).argmax(-1)
-        metrics = compute_metrics(dev.task, preds, labels)
+        metrics = score(r, dev.task, dev, batch_size=1)
         scores[r.spec.name] = (metrics, task_score(dev.task, metrics))
     timed = sample_texts(dev.examples, args.sentences, seed=0)
     log(f"timing {len(runners)} variants x {len(timed)} sentences, batch 1, {args.threads} thread(s), interleaved")

@@ -7,7 +7,7 @@ Public API:
   and sequence axes), tokenizer files, ``config.json``, ``manifest.json`` and
   ``parity.json``. Returns the manifest.
 - ``read_manifest(folder)``, ``is_export(folder)``, ``optimize_graph(model_file, config)``,
-  ``parity_check(...)``.
+  ``parity_check(...)``, ``score_onnx(folder, dataset)`` (the one scorer of ONNX graphs).
 - ``Predictor`` (``export.runtime``): classifies text from an export folder
   with only onnxruntime, tokenizers and numpy.
 
@@ -16,7 +16,7 @@ works where torch is not installed.
 """
 
 _LAZY = {"export_onnx": "onnx", "read_manifest": "onnx", "is_export": "onnx",
-         "optimize_graph": "onnx", "parity_check": "onnx", "Predictor": "runtime"}
+         "optimize_graph": "onnx", "parity_check": "onnx", "score_onnx": "onnx", "Predictor": "runtime"}
 
 __all__ = sorted(_LAZY)
 

@@ -85,8 +85,8 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
 
                 dataset = load_split(task_spec, "dev", data_dir=data_dir, limit=parity_limit)
                 examples, source = dataset.examples, dataset.source
-            check = parity_check(net, tokenizer, os.path.join(tmp, MODEL_FILE), examples,
-                                 max_length, regression=task_spec.is_regression)
+            check = parity_check(net, tokenizer, tmp, examples, max_length,
+                                 regression=task_spec.is_regression)
             check.update(task=task_spec.name, split="dev", data=source)
             write_json(os.path.join(tmp, PARITY_FILE), check)
             manifest["parity"] = check
@@ -116,7 +116,7 @@ def is_export(folder: str) -> bool:
 def load_graph(model_file: str, load_external_data: bool = True):
     """The ``onnx.ModelProto`` in ``model_file``: the one place ONNX files are read as graphs.
 
-    A truncated or corrupt file is one line naming it (``export.runtime.open_session``
+    A truncated or corrupt file is one line naming it (``export.runtime.Predictor``
     does the same for the files that are run).
     """
     import onnx
@@ -296,17 +296,17 @@ def _op_counts(model) -> dict:
 
 # -- parity --------------------------------------------------------------
 
-def parity_check(net, tokenizer, model_file: str, examples, max_length: int,
+def parity_check(net, tokenizer, folder: str, examples, max_length: int,
                  regression: bool = False, batch_size: int = 32) -> dict:
-    """The ONNX graph against the PyTorch model on the same token ids (same batches, same padding)."""
+    """An export folder's graph against the PyTorch model on the same token ids (same batches,
+    same padding), run by the ``Predictor``."""
     import torch
 
     from compressor.batches import encode, iter_batches
 
-    from .runtime import open_session
+    from .runtime import Predictor
 
-    session = open_session(model_file)
-    wanted = {i.name for i in session.get_inputs()}
+    predictor = Predictor(folder)
     items = encode(tokenizer, examples, max_length, net.config)
     n_labels = net.config.num_labels
     torch_logits = np.zeros((len(items), n_labels), np.float32)
@@ -317,8 +317,8 @@ def parity_check(net, tokenizer, model_file: str, examples, max_length: int,
             order = batch.pop("order").numpy()
             batch.pop("labels", None)
             torch_logits[order] = net(**batch).logits.float().numpy()
-            feed = {k: v.numpy().astype(np.int64) for k, v in batch.items() if k in wanted}
-            onnx_logits[order] = session.run(None, feed)[0]
+            feed = {k: v.numpy().astype(np.int64) for k, v in batch.items() if k in predictor.inputs}
+            onnx_logits[order] = predictor.run(feed)
     diff = np.abs(torch_logits - onnx_logits)
     if regression:
         same = float(np.mean(np.abs(torch_logits[:, 0] - onnx_logits[:, 0]) < 1e-3))
@@ -329,21 +329,28 @@ def parity_check(net, tokenizer, model_file: str, examples, max_length: int,
             "identical_predictions": round(same, 6), "batch_size": batch_size}
 
 
-def score_onnx(folder: str, dataset, threads: Optional[int] = None, batch_size: int = 1) -> dict:
+def score_onnx(folder: str, dataset, threads: Optional[int] = None, model_file: Optional[str] = None) -> dict:
     """The task's metrics for an export folder on a labelled dataset, through the ``Predictor``.
 
-    One sentence at a time by default, as the model is deployed and timed: dynamic
-    INT8 takes activation ranges over the whole input, so padding would change its scores.
+    The one scorer of ONNX graphs: the export and quantize stages, ``eval``, the
+    sensitivity search and the benchmark all report what it returns. ``model_file``
+    scores another graph with the folder's tokenizer (``Predictor``). One sentence
+    at a time, as the model is deployed and timed: dynamic INT8 takes activation
+    ranges over the whole input, so padding would change its scores.
     """
     from compressor.metrics import compute_metrics
 
     from .runtime import Predictor
 
-    predictor = Predictor(folder, threads=threads)
-    texts = [ex.texts[0] if len(ex.texts) == 1 else tuple(ex.texts) for ex in dataset.examples]
-    logits = predictor.logits(texts, batch_size=batch_size)
+    predictor = Predictor(folder, threads=threads, model_file=model_file)
+    logits = predictor.logits(example_texts(dataset.examples), batch_size=1)
     preds = logits[:, 0] if dataset.task.is_regression else logits.argmax(-1)
     return compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])
+
+
+def example_texts(examples) -> list:
+    """What the ``Predictor`` takes for task examples: a sentence, or a pair as a tuple."""
+    return [ex.texts[0] if len(ex.texts) == 1 else tuple(ex.texts) for ex in examples]
 
 
 # -- labelling files -----------------------------------------------------
@@ -360,8 +367,7 @@ def predict_file(folder: str, input: str, output: str, text_columns=None, batch_
     task_spec = task_from_dict(manifest["task_spec"])
     dataset = read_rows_to_label(input, task_spec, text_columns, output=output)
     predictor = Predictor(folder, threads=threads)
-    texts = [ex.texts[0] if len(ex.texts) == 1 else tuple(ex.texts) for ex in dataset.examples]
-    labels = predictor.predict(texts, batch_size)
+    labels = predictor.predict(example_texts(dataset.examples), batch_size)
     write_predictions(output, dataset.examples, labels, input=input)
     return {"input": input, "output": os.path.abspath(output), "rows": len(labels),
             "task": task_spec.name, "engine": "onnxruntime"}

@@ -46,41 +46,58 @@ def unreadable(path: str, exc: BaseException) -> ExportError:
     return ExportError(f"{path} is not a readable ONNX model ({reason[:300]}); export the model again")
 
 
-def open_session(path: str, options=None, providers: Optional[list] = None) -> ort.InferenceSession:
-    """An onnxruntime session for ``path``: the one place the toolkit opens ONNX files to run them."""
-    if not os.path.isfile(path):
-        raise ExportError(f"ONNX model not found: {path}")
-    try:
-        return ort.InferenceSession(path, options, providers=providers or ["CPUExecutionProvider"])
-    except (_ort_status.InvalidProtobuf, _ort_status.InvalidGraph, _ort_status.InvalidArgument,
-            _ort_status.NoSuchFile, _ort_status.NotImplemented, _ort_status.Fail) as exc:
-        raise unreadable(path, exc) from None
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")   # what encode() gives
 
 
 class Predictor:
-    """An ONNX classifier with its tokenizer, read from a folder ``export_onnx`` wrote."""
+    """An ONNX classifier with its tokenizer, read from a folder ``export_onnx`` wrote.
+
+    The toolkit's one way to run an ONNX graph: the export stage and its parity
+    check, quantisation (its score, the sensitivity search, ``auto``'s timings),
+    ``eval``/``predict`` and the benchmark all open, tokenise and batch here, with
+    one set of session options, so one graph has one score. ``model_file`` runs
+    another graph (a candidate being searched, a peer's file; absolute or in
+    ``folder``) with this folder's tokenizer and labels.
+    """
 
     def __init__(self, folder: str, threads: Optional[int] = None, providers: Optional[list] = None,
                  model_file: Optional[str] = None):
         manifest_file = os.path.join(folder, "manifest.json")
         if not os.path.isfile(manifest_file):
-            raise FileNotFoundError(f"{folder} is not an ONNX export folder (no manifest.json)")
+            raise ExportError(f"{folder} is not an ONNX export folder (no manifest.json)")
         with open(manifest_file) as f:
             self.manifest = json.load(f)
         self.labels = self.manifest.get("labels")
         self.regression = bool(self.manifest.get("regression"))
         self.max_length = int(self.manifest.get("max_length", 128))
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
         path = os.path.join(folder, model_file or self.manifest.get("model_file", "model.onnx"))
-        self.session = open_session(path, options, providers)
+        self.session = self._session(path, threads, providers)
         self.inputs = [i.name for i in self.session.get_inputs()]
+        unknown = [name for name in self.inputs if name not in _INPUTS]
+        if unknown:
+            raise ExportError(f"{path} wants input(s) {', '.join(unknown)}; the runtime gives "
+                              f"{', '.join(_INPUTS)}")
         self.tokenizer = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(self.max_length)
         self.pad_id = _pad_id(folder, self.tokenizer)
+
+    @staticmethod
+    def _session(path: str, threads: Optional[int], providers: Optional[list]) -> ort.InferenceSession:
+        """The one place the toolkit makes an onnxruntime session; a missing, truncated or corrupt
+        file is one line naming it."""
+        if not os.path.isfile(path):
+            raise ExportError(f"ONNX model not found: {path}")
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # the graph's warnings were shown when it was exported or quantised
+        if threads:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        try:
+            return ort.InferenceSession(path, options, providers=providers or ["CPUExecutionProvider"])
+        except (_ort_status.InvalidProtobuf, _ort_status.InvalidGraph, _ort_status.InvalidArgument,
+                _ort_status.NoSuchFile, _ort_status.NotImplemented, _ort_status.Fail) as exc:
+            raise unreadable(path, exc) from None
 
     def encode(self, texts: Sequence[Text]) -> dict:
         """Token ids for a batch, padded to its longest text (one text: no padding at all)."""
@@ -95,10 +112,11 @@ class Predictor:
             ids[row, :n] = e.ids
             mask[row, :n] = 1
             types[row, :n] = e.type_ids
-        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        feed = dict(zip(_INPUTS, (ids, mask, types)))
         return {name: feed[name] for name in self.inputs}
 
     def run(self, feed: dict) -> np.ndarray:
+        """Logits for one encoded batch (what a benchmark times)."""
         return self.session.run(None, feed)[0]
 
     def logits(self, texts: Sequence[Text], batch_size: int = 32) -> np.ndarray:
@@ -156,7 +174,7 @@ def main(argv: Optional[list] = None) -> int:
     args = parser.parse_args(argv)
     try:
         predictor = Predictor(args.folder, threads=args.threads)
-    except (FileNotFoundError, ValueError, ExportError) as exc:
+    except (ValueError, ExportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     texts = [tuple(line.rstrip("\n").split("\t", 1)) if "\t" in line else line.rstrip("\n")

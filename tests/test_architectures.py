@@ -15,12 +15,13 @@ from compressor.distill import DistillConfig, distill
 from compressor.errors import CompressorError
 from compressor.models import count_parameters, load_for_task
 from compressor.quantize import QuantizeConfig, quantize
-from compressor.quantize.onnx_int8 import onnx_logits
 from compressor.quantize.qat import prepare_qat, quantized_linears, strip_qat
 from compressor.quantize.sensitivity import quantizable_units
 from compressor.train import TrainConfig, finetune
 from conftest import NEW_ARCHS, tiny_config
 from export import export_onnx
+from export.onnx import example_texts
+from export.runtime import Predictor
 
 QUICK = dict(epochs=1, batch_size=16, max_length=32, lr=1e-3, device="cpu")
 
@@ -172,8 +173,7 @@ def test_finetune_distil_export_quantize_bench(arch, bases, glue_dir, tmp_path):
     assert os.path.getsize(os.path.join(int8_dir, "model.onnx")) < \
         os.path.getsize(os.path.join(onnx_dir, "model.onnx"))
     assert record["examples"] == 32 and record["score"] is not None
-    tokenizer = transformers.AutoTokenizer.from_pretrained(int8_dir)
-    fp32, int8 = (onnx_logits(os.path.join(d, "model.onnx"), tokenizer, dev.examples, 32)
+    fp32, int8 = (Predictor(d).logits(example_texts(dev.examples), batch_size=1)
                   for d in (onnx_dir, int8_dir))
     assert (fp32.argmax(-1) == int8.argmax(-1)).mean() >= 0.9
 

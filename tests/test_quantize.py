@@ -12,8 +12,9 @@ from compressor.data import get_task, load_split
 from compressor.errors import CompressorError
 from compressor.models import checkpoint_meta, save_checkpoint
 from compressor.quantize import QuantizeConfig, load_quantized, quantize, resolve_preset
-from compressor.quantize.onnx_int8 import onnx_logits
 from compressor.scoring import predict_logits
+from export.onnx import example_texts
+from export.runtime import Predictor
 
 from conftest import tiny_config
 
@@ -57,7 +58,7 @@ def assert_close(logits, reference, tolerance=0.1):
 
 
 def onnx_out(folder, tiny, data):
-    return onnx_logits(os.path.join(folder, "model.onnx"), tiny["tokenizer"], data["dev"].examples, 64)
+    return Predictor(folder).logits(example_texts(data["dev"].examples), batch_size=1)
 
 
 def test_presets_follow_the_hardware_and_can_be_overridden():

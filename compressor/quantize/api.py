@@ -124,7 +124,7 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
               "source": os.path.abspath(model), "task": task_spec.name, "config": asdict(config)}
     meta = meta or {**read_meta(model), "made_by": f"quantize:{config.backend}:{config.method}"}
     if config.backend == "onnxruntime":
-        record.update(_onnx(model, out, config, preset, task_spec, train_set, dev_set, max_length))
+        record.update(_onnx(model, out, config, preset, task_spec, train_set, dev_set))
     else:
         record.update(_torch(model, out, config, preset, task_spec, train_set, dev_set, max_length, meta))
     if dev_set is not None and "metrics" not in record:
@@ -140,13 +140,10 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
 
 
 def _score_output(out: str, config: QuantizeConfig, dev_set, max_length: int) -> dict:
-    from transformers import AutoTokenizer
+    if config.produces_onnx:  # as export, eval and bench score a graph: one graph, one score
+        from export.onnx import score_onnx
 
-    if config.produces_onnx:
-        from .onnx_int8 import onnx_file, score_onnx
-
-        return score_onnx(onnx_file(out), AutoTokenizer.from_pretrained(out), dev_set, max_length,
-                          threads=config.threads)
+        return score_onnx(out, dev_set, threads=config.threads)
     import torch
 
     from ..scoring import score
@@ -159,8 +156,8 @@ def _score_output(out: str, config: QuantizeConfig, dev_set, max_length: int) ->
 
 # -- ONNX Runtime -------------------------------------------------------------
 
-def _onnx(model, out, config, preset, task_spec, train_set, dev_set, max_length) -> dict:
-    from transformers import AutoTokenizer
+def _onnx(model, out, config, preset, task_spec, train_set, dev_set) -> dict:
+    from export.runtime import Predictor
 
     from . import onnx_int8 as ox
 
@@ -179,26 +176,24 @@ def _onnx(model, out, config, preset, task_spec, train_set, dev_set, max_length)
         if done:
             raise CompressorError(f"{model} is already quantised ({done.get('method')}); "
                                   "quantise its FP32 export instead")
-        tokenizer = AutoTokenizer.from_pretrained(src_folder)
         quant = {"method": config.method, "preset": preset.to_dict(), "backend": "onnxruntime"}
 
         if config.method in ("dynamic", "qat"):
             write = lambda path: ox.quantize_dynamic_onnx(src, path, preset, config.optimize,
                                                           nodes_to_exclude=config.exclude)
         elif config.method == "static":
-            feeds = ox.calibration_feeds(tokenizer, train_set.examples,
-                                         [i.name for i in ox.session(src).get_inputs()],
-                                         max_length, config.calibration_samples, config.seed)
+            predictor = Predictor(src_folder, threads=config.threads)  # calibrates on what it is fed
+            feeds = ox.calibration_feeds(predictor, train_set.examples, config.calibration_samples,
+                                         config.seed)
             quant.update(calibration=config.calibration, calibration_samples=len(feeds),
                          percentile=config.percentile if config.calibration == "percentile" else None)
             write = lambda path: ox.quantize_static_onnx(
                 src, path, preset, feeds, config.calibration, config.percentile, config.exclude,
-                optimize=config.optimize, pad_id=tokenizer.pad_token_id or 0)
+                optimize=config.optimize, pad_id=predictor.pad_id)
         elif config.method == "fp16":
             write = lambda path: ox.convert_fp16_onnx(src, path)
         else:  # mixed or auto
-            chosen_path, search = _search(src, work, config, preset, tokenizer, train_set, dev_set,
-                                          max_length, out)
+            chosen_path, search = _search(src_folder, work, config, preset, train_set, dev_set)
             info["search"] = search
             quant.update({k: search.get(k) for k in ("fp32_units", "chosen") if k in search})
             write = lambda path: shutil.copyfile(chosen_path, path)
@@ -215,19 +210,21 @@ def _onnx(model, out, config, preset, task_spec, train_set, dev_set, max_length)
     return info
 
 
-def _search(src, work, config, preset, tokenizer, train_set, dev_set, max_length, out) -> tuple:
+def _search(src_folder, work, config, preset, train_set, dev_set) -> tuple:
     """Mixed precision (``mixed``) or the fastest configuration within the tolerance (``auto``)."""
+    from export.runtime import Predictor
+
     from . import onnx_int8 as ox
     from . import sensitivity as sens
 
+    src = ox.onnx_file(src_folder)
     report_dir = os.path.join(work, "report")
     os.makedirs(report_dir, exist_ok=True)
-    report = sens.measure_sensitivity(src, tokenizer, dev_set, preset, work, config.granularity,
-                                      max_length, config.threads)
+    report = sens.measure_sensitivity(src_folder, dev_set, preset, work, config.granularity, config.threads)
     files = sens.write_report(report, report_dir, dev_set.task.main_metric)
     mixed_path = os.path.join(work, "mixed.onnx")
-    mixed = sens.mixed_precision(src, mixed_path, report, tokenizer, dev_set, preset, config.max_drop,
-                                 max_length, config.threads)
+    mixed = sens.mixed_precision(src_folder, mixed_path, report, dev_set, preset, config.max_drop,
+                                 config.threads)
     result = {"sensitivity": report, "mixed": mixed, "files": files}
     if config.method == "mixed":
         if not mixed["met"]:
@@ -237,8 +234,8 @@ def _search(src, work, config, preset, tokenizer, train_set, dev_set, max_length
         return mixed_path, result
 
     # auto: the fastest of dynamic, static and the mixed model that meets the tolerance
-    names = [i.name for i in ox.session(src).get_inputs()]
-    timing = ox.calibration_feeds(tokenizer, dev_set.examples, names, max_length, 100, config.seed)
+    predictor = Predictor(src_folder, threads=config.threads)
+    timing = ox.calibration_feeds(predictor, dev_set.examples, 100, config.seed)
 
     def build_dynamic():
         path = os.path.join(work, "auto-dynamic.onnx")
@@ -248,11 +245,10 @@ def _search(src, work, config, preset, tokenizer, train_set, dev_set, max_length
     def build_static():
         if train_set is None:
             return None
-        feeds = ox.calibration_feeds(tokenizer, train_set.examples, names, max_length,
-                                     config.calibration_samples, config.seed)
+        feeds = ox.calibration_feeds(predictor, train_set.examples, config.calibration_samples, config.seed)
         path = os.path.join(work, "auto-static.onnx")
         ox.quantize_static_onnx(src, path, preset, feeds, config.calibration, config.percentile,
-                                pad_id=tokenizer.pad_token_id or 0)
+                                pad_id=predictor.pad_id)
         return path
 
     candidates = [("static-int8", build_static), ("dynamic-int8", build_dynamic),
@@ -260,8 +256,8 @@ def _search(src, work, config, preset, tokenizer, train_set, dev_set, max_length
                   ("fp32", lambda: src)]
     choice = sens.accuracy_aware(
         candidates, report["fp32_score"], config.max_drop,
-        score_fn=lambda p: sens._score(p, tokenizer, dev_set, max_length, config.threads),
-        latency_fn=lambda p: sens.latency_ms(p, timing, threads=1))
+        score_fn=lambda p: sens.dev_score(src_folder, dev_set, p, config.threads),
+        latency_fn=lambda p: sens.latency_ms(src_folder, p, timing, threads=1))
     if choice["chosen"] is None:
         raise CompressorError("no configuration met the tolerance, not even FP32")
     result.update(chosen=choice["chosen"], tried=[{k: v for k, v in t.items() if k != "path"}

@@ -165,14 +165,16 @@ class _Reader:
         self._it = iter(self._feeds)
 
 
-def calibration_feeds(tokenizer, examples: Sequence, input_names: Sequence[str], max_length: int,
-                      samples: int, seed: int = 0) -> List[Dict[str, np.ndarray]]:
-    """Model inputs for ``samples`` training rows drawn at random (one sentence each)."""
+def calibration_feeds(predictor, examples: Sequence, samples: int, seed: int = 0) -> List[Dict[str, np.ndarray]]:
+    """Model inputs for ``samples`` rows drawn at random, one sentence each, as ``predictor``
+    (an ``export.runtime.Predictor``) encodes them when the graph is deployed and scored."""
+    from export.onnx import example_texts
+
     rows = list(examples)
     if not rows:
         raise CompressorError("static quantisation needs training rows to calibrate on; none given")
     picked = random.Random(seed).sample(rows, min(samples, len(rows)))
-    return [_feed(tokenizer, ex.texts, input_names, max_length) for ex in picked]
+    return [predictor.encode([text]) for text in example_texts(picked)]
 
 
 def _same_width(feeds: List[Dict[str, np.ndarray]], pad_id: int) -> List[Dict[str, np.ndarray]]:
@@ -190,19 +192,6 @@ def _same_width(feeds: List[Dict[str, np.ndarray]], pad_id: int) -> List[Dict[st
                                  constant_values=pad_id if k == "input_ids" else 0)
                        for k, v in feed.items()})
     return padded
-
-
-def _feed(tokenizer, texts, input_names, max_length) -> Dict[str, np.ndarray]:
-    enc = tokenizer(*texts, truncation=True, max_length=max_length, return_tensors="np")
-    feed = {}
-    for name in input_names:
-        if name in enc:
-            feed[name] = enc[name].astype(np.int64)
-        elif name == "token_type_ids":
-            feed[name] = np.zeros_like(enc["input_ids"], dtype=np.int64)
-        else:
-            raise CompressorError(f"the ONNX model wants an input '{name}' the tokenizer does not give")
-    return feed
 
 
 def quantize_static_onnx(src: str, dst: str, preset: HardwarePreset, feeds: List[Dict[str, np.ndarray]],
@@ -269,71 +258,3 @@ def count_weights(path: str) -> int:
     model = load_graph(path, load_external_data=False)
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
     return int(sum(np.prod(i.dims) for i in model.graph.initializer if i.data_type in floats))
-
-
-# -- running ------------------------------------------------------------------
-
-def session(path: str, threads: Optional[int] = None, optimization: str = "all"):
-    import onnxruntime as ort
-
-    from export.runtime import open_session
-
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-    options.graph_optimization_level = {
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}[optimization]
-    options.log_severity_level = 3
-    return open_session(path, options)
-
-
-def onnx_logits(path_or_session, tokenizer, examples: Sequence, max_length: int,
-                batch_size: int = 1, threads: Optional[int] = None) -> np.ndarray:
-    """Logits for ``examples`` in input order (length-sorted, per-batch padded runs).
-
-    Batch 1 by default: dynamic INT8 takes each activation's range over the
-    whole batch tensor, padding included, so its predictions depend on what
-    a sentence is batched with; one at a time is how it is deployed and timed.
-    """
-    sess = session(path_or_session, threads) if isinstance(path_or_session, str) else path_or_session
-    names = [i.name for i in sess.get_inputs()]
-    enc = tokenizer(*[list(c) for c in zip(*[ex.texts for ex in examples])], truncation=True,
-                    max_length=max_length, padding=False)
-    ids = enc["input_ids"]
-    types = enc.get("token_type_ids")
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out = None
-    pad = tokenizer.pad_token_id or 0
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        width = max(len(ids[i]) for i in idx)
-        batch = {"input_ids": np.full((len(idx), width), pad, dtype=np.int64),
-                 "attention_mask": np.zeros((len(idx), width), dtype=np.int64),
-                 "token_type_ids": np.zeros((len(idx), width), dtype=np.int64)}
-        for row, i in enumerate(idx):
-            n = len(ids[i])
-            batch["input_ids"][row, :n] = ids[i]
-            batch["attention_mask"][row, :n] = 1
-            if types is not None:
-                batch["token_type_ids"][row, :n] = types[i]
-        logits = sess.run(None, {k: batch[k] for k in names})[0]
-        if out is None:
-            out = np.zeros((len(ids), logits.shape[-1]), dtype=np.float32)
-        out[idx] = logits
-    return out
-
-
-def score_onnx(path_or_session, tokenizer, dataset, max_length: int, threads: Optional[int] = None,
-               batch_size: int = 1) -> dict:
-    """The task's metrics for an ONNX model on a labelled dataset (one sentence at a time by default)."""
-    from ..metrics import compute_metrics
-    from ..scoring import predictions_from_logits
-
-    logits = onnx_logits(path_or_session, tokenizer, dataset.examples, max_length, batch_size, threads)
-    if dataset.task.is_regression:
-        logits = logits[:, 0]
-    preds = predictions_from_logits(logits, dataset.task.is_regression)
-    return compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])

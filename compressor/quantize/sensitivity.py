@@ -7,7 +7,9 @@ then quantises everything, and returns units to FP32 from the most
 sensitive down until the drop against FP32 is within ``max_drop``.
 ``accuracy_aware`` tries configurations from the fastest down (static and
 dynamic INT8 of everything, then mixed ones) and keeps the fastest that
-meets the tolerance, recording every try.
+meets the tolerance, recording every try. Every score and timing runs the
+graph through ``export.runtime.Predictor`` with the source folder's tokenizer,
+as the quantize stage, ``eval`` and the benchmark do.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from ..arch import ARCHITECTURES
 from ..errors import CompressorError
 from ..io import write_bytes, write_text
 from ..progress import progress
-from .onnx_int8 import quantize_dynamic_onnx, score_onnx, session
+from .onnx_int8 import onnx_file, quantize_dynamic_onnx
 
 # the ONNX operators ONNX Runtime's dynamic mode turns into integer ones, when a weight feeds them
 QUANTIZABLE_OPS = ("MatMul", "Attention", "EmbedLayerNormalization", "Gather")
@@ -73,32 +75,36 @@ def _short(node_name: str) -> str:
     return ".".join(parts) or node_name
 
 
-def measure_sensitivity(onnx_path: str, tokenizer, dev_set, preset, work_dir: str,
-                        granularity: str = "matrix", max_length: int = 128,
+def measure_sensitivity(folder: str, dev_set, preset, work_dir: str, granularity: str = "matrix",
                         threads: Optional[int] = None, op_types: Optional[Sequence[str]] = None) -> dict:
-    """Score FP32, all-INT8 and each unit quantised alone; rows sorted by drop, largest first."""
+    """Score the export ``folder``'s FP32 graph, all-INT8 and each unit quantised alone; rows
+    sorted by drop, largest first."""
+    onnx_path = onnx_file(folder)
     units = quantizable_units(onnx_path, granularity)
-    baseline = _score(onnx_path, tokenizer, dev_set, max_length, threads)
+    baseline = dev_score(folder, dev_set, threads=threads)
     rows = []
     for position, (name, nodes) in enumerate(progress(units.items(), total=len(units), desc="sensitivity",
                                                       unit="unit")):
         path = os.path.join(work_dir, "one.onnx")
         quantize_dynamic_onnx(onnx_path, path, preset, nodes_to_quantize=nodes, op_types=op_types)
-        value = _score(path, tokenizer, dev_set, max_length, threads)
+        value = dev_score(folder, dev_set, path, threads)
         rows.append({"unit": name, "nodes": nodes, "score": value, "drop": baseline - value,
                      "position": position})
     path = os.path.join(work_dir, "all.onnx")
     quantize_dynamic_onnx(onnx_path, path, preset, op_types=op_types)
-    everything = _score(path, tokenizer, dev_set, max_length, threads)
+    everything = dev_score(folder, dev_set, path, threads)
     order = sorted(rows, key=lambda r: (-r["drop"], r["unit"]))
     return {"granularity": granularity, "fp32_score": baseline, "all_int8_score": everything,
             "units": order, "examples": len(dev_set)}
 
 
-def _score(path, tokenizer, dev_set, max_length, threads) -> float:
+def dev_score(folder: str, dev_set, model_file: Optional[str] = None, threads: Optional[int] = None) -> float:
+    """The task score of the export ``folder``'s graph, or of ``model_file`` with its tokenizer."""
+    from export.onnx import score_onnx
+
     from ..metrics import task_score
 
-    return task_score(dev_set.task, score_onnx(path, tokenizer, dev_set, max_length, threads=threads))
+    return task_score(dev_set.task, score_onnx(folder, dev_set, threads, model_file))
 
 
 def table(report: dict, metric: str) -> str:
@@ -135,15 +141,15 @@ def plot(report: dict, path: str, metric: str) -> str:
     return path
 
 
-def mixed_precision(onnx_path: str, out_path: str, report: dict, tokenizer, dev_set, preset,
-                    max_drop: float, max_length: int = 128, threads: Optional[int] = None,
-                    op_types: Optional[Sequence[str]] = None) -> dict:
+def mixed_precision(folder: str, out_path: str, report: dict, dev_set, preset, max_drop: float,
+                    threads: Optional[int] = None, op_types: Optional[Sequence[str]] = None) -> dict:
     """Quantise all, then keep the most sensitive units FP32 one by one until the drop <= ``max_drop``.
 
     Returns the FP32 units, the final score and every step tried; when even
     all-but-everything misses the target, the last try is kept and
     ``met`` is False.
     """
+    onnx_path = onnx_file(folder)
     baseline = report["fp32_score"]
     ranked = [r for r in report["units"]]
     tried = []
@@ -151,7 +157,7 @@ def mixed_precision(onnx_path: str, out_path: str, report: dict, tokenizer, dev_
     excluded: List[str] = []
     for k in range(len(ranked) + 1):
         quantize_dynamic_onnx(onnx_path, out_path, preset, nodes_to_exclude=excluded, op_types=op_types)
-        value = _score(out_path, tokenizer, dev_set, max_length, threads)
+        value = dev_score(folder, dev_set, out_path, threads)
         tried.append({"fp32_units": list(kept), "score": value, "drop": baseline - value})
         if baseline - value <= max_drop or k == len(ranked):
             break
@@ -161,17 +167,18 @@ def mixed_precision(onnx_path: str, out_path: str, report: dict, tokenizer, dev_
             "drop": tried[-1]["drop"], "met": tried[-1]["drop"] <= max_drop, "tried": tried}
 
 
-def latency_ms(path: str, feeds: Sequence[dict], threads: int = 1, repeats: int = 1) -> float:
+def latency_ms(folder: str, path: str, feeds: Sequence[dict], threads: int = 1, repeats: int = 1) -> float:
     """Median batch-1 latency of one ONNX file over ``feeds`` (a quick ranking, not the benchmark)."""
-    sess = session(path, threads)
-    names = [i.name for i in sess.get_inputs()]
+    from export.runtime import Predictor
+
+    predictor = Predictor(folder, threads=threads, model_file=path)
     for feed in feeds[:5]:
-        sess.run(None, {k: feed[k] for k in names})
+        predictor.run(feed)
     times = []
     for _ in range(repeats):
         for feed in feeds:
             start = time.perf_counter()
-            sess.run(None, {k: feed[k] for k in names})
+            predictor.run(feed)
             times.append(time.perf_counter() - start)
     return float(np.median(times) * 1000)
 
