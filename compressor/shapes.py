@@ -27,9 +27,9 @@ from .errors import CompressorError
 
 Keep = Union[int, Sequence[int], None]   # a count (the first n) or the indices kept; None: as it is
 
-# The head count transformers' self-attention modules read in forward (BERT, RoBERTa and MPNet:
-# num_attention_heads and all_head_size; DistilBERT: n_heads and dim). transformers 5 reads the
-# count off the projections' width (view(..., -1, head_size)); setting these keeps 4.x right too.
+# Where transformers' self-attention modules keep the head count their forward reads (BERT,
+# RoBERTa, MPNet: num_attention_heads and all_head_size; DistilBERT: n_heads and dim). Each one a
+# module has is set: the layer then runs at its new count in transformers 4.57 and 5.x (5.17 seen).
 _HEAD_COUNT_ATTRS = ("num_attention_heads", "n_heads", "num_heads")
 _HEADS_WIDTH_ATTRS = ("all_head_size", "dim")
 # Kept original head indices, on a self-attention module whose layer uses only some columns of a
