@@ -66,4 +66,8 @@ def iter_batches(items: Sequence[Dict], batch_size: int, pad_id: int, regression
 
 
 def to_device(batch: Dict[str, torch.Tensor], device) -> Dict[str, torch.Tensor]:
+    if torch.device(device).type == "cuda":
+        # from pinned memory the copy is queued behind the GPU's work instead of waiting for it
+        return {k: v.pin_memory().to(device, non_blocking=True)
+                for k, v in batch.items() if k != "order"}
     return {k: v.to(device) for k, v in batch.items() if k != "order"}

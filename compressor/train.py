@@ -219,7 +219,8 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
     decay = [p for n, p in model.named_parameters() if p.requires_grad and not n.endswith(no_decay)]
     rest = [p for n, p in model.named_parameters() if p.requires_grad and n.endswith(no_decay)]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": rest, "weight_decay": 0.0}], lr=config.lr)
+                                   {"params": rest, "weight_decay": 0.0}], lr=config.lr,
+                                  fused=device.type == "cuda" or None)   # one kernel per step
     warmup_steps = int(config.warmup * total_steps)
 
     def schedule(step: int) -> float:

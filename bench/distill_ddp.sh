@@ -1,0 +1,42 @@
+#!/bin/bash
+# Data-parallel distillation measured on a two-GPU machine (device tool, kind nvidia-h100-x2):
+# fine-tune the MPNet-base SST-2 teacher on one GPU, then distil a 6-layer student (every
+# other teacher layer, soft targets, teacher run on every batch) with 1 GPU and with 2 GPUs
+# at the same global batch, and compare training throughput and dev accuracy.
+#   bash bench/distill_ddp.sh MPNET_FOLDER GLUE_DIR OUT_DIR [BATCHES] [EPOCHS]
+# MPNET_FOLDER holds the base encoder (fp16 weights are widened to fp32 first, as they
+# travel at half size); BATCHES is a comma list of global batch sizes (default 256).
+# Writes OUT_DIR/distill-ddp-mpnet.json (bench/distill_ddp_summary.py).
+set -euo pipefail
+SRC=$1; GLUE=$2; OUT=$3; BATCHES=${4:-256}; EPOCHS=${5:-3}
+# NVLink multicast stays off in every process (the GPU machines' rule); --nproc sets it too
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export COMPRESSOR_PROGRESS=0 PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
+WORK=${WORK:-$HOME/ddp}; DEVICE=${DEVICE:-cuda}; LIMITS=${LIMITS:-}   # LIMITS: --train-limit N ... for a dry run
+mkdir -p "$WORK" "$OUT"
+python3 - "$SRC" "$WORK/mpnet" <<'PY'
+import os, shutil, sys
+from safetensors.torch import load_file, save_file
+src, dst = sys.argv[1:]
+shutil.copytree(src, dst, dirs_exist_ok=True)
+w = load_file(os.path.join(src, "model.safetensors"))
+save_file({k: v.float() if v.is_floating_point() else v for k, v in w.items()},
+          os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+PY
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpus.txt" || true
+: > "$OUT/commands.txt"
+run() { echo "$*" >> "$OUT/commands.txt"; echo "+ $*"; "$@"; }
+START=$SECONDS
+run python3 -m compressor finetune --model "$WORK/mpnet" --task sst2 --data-dir "$GLUE" \
+  --out "$WORK/teacher" --epochs 1 --lr 2e-5 --batch-size 32 --max-length 128 --warmup 0.06 \
+  --precision bf16 --device "$DEVICE" --overwrite $LIMITS
+for batch in ${BATCHES//,/ }; do
+  for n in 1 2; do
+    if (( SECONDS - START > ${BUDGET_S:-480} )); then echo "time budget spent: skipping b$batch x$n"; continue; fi
+    run python3 -m compressor distill --teacher "$WORK/teacher" --out "$WORK/student-b$batch-gpu$n" \
+      --data-dir "$GLUE" --student kind=layers --student num_layers=6 --student pick=every \
+      --loss kd=1 --no-cache --epochs "$EPOCHS" --batch-size "$batch" --lr 1e-4 --warmup 0.06 \
+      --max-length 128 --precision bf16 --device "$DEVICE" --overwrite --nproc "$n" $LIMITS
+  done
+done
+python3 bench/distill_ddp_summary.py "$WORK" "$OUT"
