@@ -1,11 +1,13 @@
 """An ONNX export as ``compressor.models.load_for_task`` gives it: kind ``onnx``.
 
 ``load_for_task(EXPORT, pytorch=False)`` returns an :class:`OnnxClassifier` and
-the export's tokenizer. The classifier takes the token ids a PyTorch classifier
-takes and returns ``.logits``, so ``eval`` and ``predict`` score every kind of
-folder on one path. It runs the graph with onnxruntime one sentence at a time,
-unpadded, as the export is deployed and timed: dynamic INT8 takes activation
-ranges over the whole input, so padding would change its scores.
+a :class:`GraphTokenizer`, both over the export's ``Predictor``: the tokenizer
+gives the ids the Predictor gives, and the classifier takes them as a PyTorch
+classifier does and returns ``.logits``. So ``eval`` and ``predict`` score every
+kind of folder on one path, and an export scores what ``score_onnx`` (and the
+quantize stage and the benchmark) report: one sentence at a time, unpadded, as
+the export is deployed and timed (dynamic INT8 takes activation ranges over the
+whole input, so padding would change its scores).
 """
 from __future__ import annotations
 
@@ -20,13 +22,34 @@ from compressor.loaders import register_loader
 
 @register_loader("onnx", pytorch=False, describe="an ONNX export")
 def load_export(path: str, task=None, **_):
-    from compressor.models import load_tokenizer
+    from .runtime import Predictor
 
-    model = OnnxClassifier(path)
+    predictor = Predictor(path)  # the toolkit's one way to tokenise for and run a graph
+    model = OnnxClassifier(predictor)
     if task is not None and model.config.num_labels != task.num_labels:
         raise CompressorError(f"{path} classifies into {model.config.num_labels} labels but task "
                               f"{task.name} has {task.num_labels}")
-    return model, load_tokenizer(path)
+    return model, GraphTokenizer(predictor)
+
+
+class GraphTokenizer:
+    """The Predictor's tokenisation behind the call ``compressor.batches.encode`` makes.
+
+    Texts are cut at the length the graph was exported with (the Predictor's), whatever
+    ``max_length`` the caller passes.
+    """
+
+    def __init__(self, predictor):
+        self.predictor = predictor
+        self.pad_token_id = predictor.pad_id
+
+    def __call__(self, texts, pairs=None, return_token_type_ids=False, **_):
+        items = list(zip(texts, pairs)) if pairs is not None else list(texts)
+        feeds = [self.predictor.encode([item]) for item in items]  # one text: no padding
+        out = {"input_ids": [feed["input_ids"][0].tolist() for feed in feeds]}
+        if return_token_type_ids:
+            out["token_type_ids"] = [feed["token_type_ids"][0].tolist() for feed in feeds]
+        return out
 
 
 class OnnxClassifier(torch.nn.Module):
@@ -34,11 +57,9 @@ class OnnxClassifier(torch.nn.Module):
 
     engine = "onnxruntime"
 
-    def __init__(self, folder: str):
+    def __init__(self, predictor):
         super().__init__()
-        from .runtime import Predictor
-
-        self.predictor = Predictor(folder)  # the toolkit's one way to run a graph
+        self.predictor = predictor
         labels, regression = self.predictor.labels, self.predictor.regression
         num_labels = 1 if regression else len(labels or []) or 2
         # what scoring reads off a classifier's config (segment ids: only where the graph takes them)

@@ -336,13 +336,17 @@ def test_eval_and_predict_take_every_kind(kind, folders, tmp_path):
     assert rows[0] == "index\tprediction" and len(rows) == 873
 
 
-def test_the_export_scores_as_its_source_does(folders, tmp_path):
+def test_the_export_scores_as_its_source_does_and_as_score_onnx_does(folders, tmp_path):
+    from compressor.data import load_split
+    from export.onnx import score_onnx
+
     scores = {}
     for kind in ("per-layer", "onnx"):
         out = str(tmp_path / f"{kind}.json")
         main(["eval", folders[kind], "--data-dir", "embedded", "--limit", "64", "--out", out])
         scores[kind] = json.load(open(out))["metrics"]
     assert scores["onnx"] == pytest.approx(scores["per-layer"])
+    assert scores["onnx"] == score_onnx(folders["onnx"], load_split("sst2", "dev", data_dir="embedded", limit=64))
 
 
 def test_reading_a_kind_imports_no_torch_and_models_does_not_import_the_students():
