@@ -15,8 +15,8 @@ from .data import TASKS, get_task, load_split, read_glue_file, read_user_file, t
 from .device import autocast, resolve_device
 from .errors import CompressorError
 from .io import versions, write_json, write_text
-from .metrics import compute_metrics, task_score
 from .loaders import kind_of
+from .metrics import compute_metrics, task_score
 from .models import load_for_task, read_meta, resolve_model
 from .progress import progress
 
