@@ -15,7 +15,7 @@ import os
 
 def main():
     from compressor.io import read_json
-    from compressor.quantize import QuantizeConfig, quantize
+    from compressor.quantize import quantize, quantize_config
     from compressor.quantize.sensitivity import plot, quantizable_units, table
     from compressor.results import command_line, row, write_results
 
@@ -27,8 +27,8 @@ def main():
     ap.add_argument("--max-drop", type=float, default=0.5)
     args = ap.parse_args()
     # the avx2 preset per tensor: the setting where all-INT8 loses accuracy, so there is something to choose
-    config = QuantizeConfig(method="auto", preset="avx2", per_channel=False, granularity="matrix",
-                            max_drop=args.max_drop)
+    config = quantize_config(method="auto", preset="avx2", per_channel=False, granularity="matrix",
+                             max_drop=args.max_drop)
     record_file = os.path.join(args.work, "quantize.json")
     if not (os.path.isfile(record_file) and read_json(record_file)["config"] == read_json_config(config)):
         quantize(args.export, args.work, config, data_dir=args.data_dir)

@@ -27,7 +27,7 @@ def log(msg):
 def build_variants(teacher, work, data_dir, qat_parts, only=None):
     """name -> (folder, description); every folder made by compressor.quantize."""
     from compressor.data import load_split
-    from compressor.quantize import QuantizeConfig, quantize
+    from compressor.quantize import quantize, quantize_config
     from export import export_onnx
 
     train = load_split("sst2", "train", data_dir=data_dir)
@@ -36,24 +36,24 @@ def build_variants(teacher, work, data_dir, qat_parts, only=None):
     if not os.path.isdir(fp32):
         export_onnx(teacher, fp32, data_dir=data_dir, parity_limit=200)
     plan = {
-        "ort-int8-dynamic-avx2": (fp32, QuantizeConfig(method="dynamic", preset="avx2")),
-        "ort-int8-dynamic-vnni": (fp32, QuantizeConfig(method="dynamic", preset="avx512_vnni")),
-        "ort-int8-dynamic-vnni-per-tensor": (fp32, QuantizeConfig(method="dynamic", preset="avx512_vnni",
-                                                                  per_channel=False)),
-        "ort-int8-static-minmax": (fp32, QuantizeConfig(method="static", preset="avx512_vnni",
-                                                        calibration="minmax")),
-        "ort-int8-static-entropy": (fp32, QuantizeConfig(method="static", preset="avx512_vnni",
-                                                         calibration="entropy")),
-        "ort-int8-static-percentile": (fp32, QuantizeConfig(method="static", preset="avx512_vnni",
-                                                            calibration="percentile")),
-        "torchao-int8-dynamic": (teacher, QuantizeConfig(backend="torchao", method="dynamic")),
-        "inc-int8-static": (teacher, QuantizeConfig(backend="inc", method="static")),
-        "inc-int8-smoothquant": (teacher, QuantizeConfig(backend="inc", method="static",
-                                                         smoothquant_alpha=0.5)),
+        "ort-int8-dynamic-avx2": (fp32, quantize_config(method="dynamic", preset="avx2")),
+        "ort-int8-dynamic-vnni": (fp32, quantize_config(method="dynamic", preset="avx512_vnni")),
+        "ort-int8-dynamic-vnni-per-tensor": (fp32, quantize_config(method="dynamic", preset="avx512_vnni",
+                                                                   per_channel=False)),
+        "ort-int8-static-minmax": (fp32, quantize_config(method="static", preset="avx512_vnni",
+                                                         calibration="minmax")),
+        "ort-int8-static-entropy": (fp32, quantize_config(method="static", preset="avx512_vnni",
+                                                          calibration="entropy")),
+        "ort-int8-static-percentile": (fp32, quantize_config(method="static", preset="avx512_vnni",
+                                                             calibration="percentile")),
+        "torchao-int8-dynamic": (teacher, quantize_config(backend="torchao", method="dynamic")),
+        "inc-int8-static": (teacher, quantize_config(backend="inc", method="static")),
+        "inc-int8-smoothquant": (teacher, quantize_config(backend="inc", method="static",
+                                                          smoothquant_alpha=0.5)),
     }
     if qat_parts:
         plan["ort-int8-qat-distill-avx2"] = (_join_qat(teacher, qat_parts, "qat-distill", work),
-                                             QuantizeConfig(method="dynamic", preset="avx2"))
+                                             quantize_config(method="dynamic", preset="avx2"))
     out = {"ort-fp32": fp32}
     for name, (src, config) in plan.items():
         if only and name not in only:

@@ -14,7 +14,7 @@ from compressor.data import load_split
 from compressor.distill import DistillConfig, distill
 from compressor.errors import CompressorError
 from compressor.models import count_parameters, load_for_task
-from compressor.quantize import QuantizeConfig, quantize
+from compressor.quantize import OrtDynamicConfig, quantize
 from compressor.quantize.qat import prepare_qat, quantized_linears, strip_qat
 from compressor.quantize.sensitivity import quantizable_units
 from compressor.train import TrainConfig, finetune
@@ -169,7 +169,7 @@ def test_finetune_distil_export_quantize_bench(arch, bases, glue_dir, tmp_path):
 
     dev = load_split("sst2", "dev", glue_dir, limit=32)
     int8_dir = str(tmp_path / "int8")
-    record = quantize(onnx_dir, int8_dir, QuantizeConfig(method="dynamic"), dev_set=dev)
+    record = quantize(onnx_dir, int8_dir, OrtDynamicConfig(), dev_set=dev)
     assert os.path.getsize(os.path.join(int8_dir, "model.onnx")) < \
         os.path.getsize(os.path.join(onnx_dir, "model.onnx"))
     assert record["examples"] == 32 and record["score"] is not None

@@ -44,7 +44,7 @@ def teacher(tmp_path_factory, minilm_dir, dev):
 
 
 def test_the_quantize_stage_the_benchmark_and_score_onnx_give_one_score(teacher, dev, tmp_path):
-    from compressor.quantize import QuantizeConfig, quantize
+    from compressor.quantize import OrtMixedConfig, quantize
     from compressor.recipe import run_recipe
     from compressor.results import read_results
     from export.onnx import example_texts, score_onnx
@@ -79,7 +79,7 @@ stages:
     # the sensitivity search scores its every-unit-INT8 graph on the same path: the same graph,
     # quantised the same way, scores what the quantize stage recorded
     mixed = quantize(os.path.join(out, "01-export"), str(tmp_path / "mixed"),
-                     QuantizeConfig(method="mixed", preset="avx512_vnni", max_drop=100.0), dev_set=dev)
+                     OrtMixedConfig(preset="avx512_vnni", max_drop=100.0), dev_set=dev)
     assert mixed["search"]["sensitivity"]["all_int8_score"] == stage["score"]
     assert mixed["metrics"] == stage["metrics"]
 

@@ -11,7 +11,10 @@ from click.testing import CliRunner
 from compressor.data import get_task, load_split
 from compressor.errors import CompressorError
 from compressor.models import checkpoint_meta, save_checkpoint
-from compressor.quantize import QuantizeConfig, load_quantized, quantize, resolve_preset
+from compressor.quantize import (IncDynamicConfig, IncStaticConfig, OrtAutoConfig, OrtDynamicConfig,
+                                 OrtFP16Config, OrtMixedConfig, OrtQATConfig, OrtStaticConfig,
+                                 TorchaoBF16Config, TorchaoDynamicConfig, load_quantized, quantize,
+                                 quantize_config, resolve_preset)
 from compressor.scoring import predict_logits
 from export.onnx import example_texts
 from export.runtime import Predictor
@@ -74,13 +77,13 @@ def test_presets_follow_the_hardware_and_can_be_overridden():
     with pytest.raises(CompressorError, match="unknown hardware preset 'avx3'"):
         resolve_preset("avx3")
     with pytest.raises(CompressorError, match="not available with backend torchao"):
-        QuantizeConfig(backend="torchao", method="static").check()
+        quantize_config(backend="torchao", method="static")
 
 
 @pytest.mark.parametrize("preset", ["avx2", "avx512_vnni", "arm64"])
 def test_onnx_dynamic_int8_is_smaller_and_close(tiny, data, tmp_path, preset):
     out = str(tmp_path / "q")
-    record = quantize(tiny["onnx"], out, QuantizeConfig(method="dynamic", preset=preset), dev_set=data["dev"])
+    record = quantize(tiny["onnx"], out, OrtDynamicConfig(preset=preset), dev_set=data["dev"])
     ops = {n.op_type for n in __import__("onnx").load(os.path.join(out, "model.onnx")).graph.node}
     assert ops & {"MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "MatMulIntegerToFloat"}
     assert os.path.getsize(os.path.join(out, "model.onnx")) < 0.6 * os.path.getsize(
@@ -94,8 +97,8 @@ def test_onnx_dynamic_int8_is_smaller_and_close(tiny, data, tmp_path, preset):
 @pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
 def test_onnx_static_int8_calibrates_on_training_rows(tiny, data, tmp_path, method):
     out = str(tmp_path / "q")
-    record = quantize(tiny["ckpt"], out, QuantizeConfig(method="static", calibration=method,
-                                                        calibration_samples=16, preset="avx512_vnni"),
+    record = quantize(tiny["ckpt"], out, OrtStaticConfig(calibration=method, calibration_samples=16,
+                                                         preset="avx512_vnni"),
                       train_set=data["train"], dev_set=data["dev"])
     ops = [n.op_type for n in __import__("onnx").load(os.path.join(out, "model.onnx")).graph.node]
     assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
@@ -105,13 +108,13 @@ def test_onnx_static_int8_calibrates_on_training_rows(tiny, data, tmp_path, meth
 
 def test_onnx_fp16(tiny, data, tmp_path):
     out = str(tmp_path / "q")
-    quantize(tiny["onnx"], out, QuantizeConfig(method="fp16"), dev_set=data["dev"])
+    quantize(tiny["onnx"], out, OrtFP16Config(), dev_set=data["dev"])
     assert_close(onnx_out(out, tiny, data), fp32_logits(tiny, data), tolerance=0.01)
 
 
 def test_torchao_dynamic_int8_reloads(tiny, data, tmp_path):
     out = str(tmp_path / "q")
-    quantize(tiny["ckpt"], out, QuantizeConfig(backend="torchao", method="dynamic"), dev_set=data["dev"])
+    quantize(tiny["ckpt"], out, TorchaoDynamicConfig(), dev_set=data["dev"])
     net, tok = load_quantized(out)
     logits = predict_logits(net, tok, data["dev"].examples, 64, batch_size=1)
     assert_close(logits, fp32_logits(tiny, data))
@@ -120,7 +123,7 @@ def test_torchao_dynamic_int8_reloads(tiny, data, tmp_path):
 
 def test_bf16_for_gpus(tiny, data, tmp_path):
     out = str(tmp_path / "q")
-    quantize(tiny["ckpt"], out, QuantizeConfig(backend="torchao", method="bf16"), dev_set=data["dev"])
+    quantize(tiny["ckpt"], out, TorchaoBF16Config(), dev_set=data["dev"])
     net, tok = load_quantized(out)
     assert net.dtype == torch.bfloat16
     assert_close(predict_logits(net, tok, data["dev"].examples, 64, batch_size=1), fp32_logits(tiny, data))
@@ -129,8 +132,7 @@ def test_bf16_for_gpus(tiny, data, tmp_path):
 @pytest.mark.parametrize("alpha", [0.0, 0.5])
 def test_inc_static_with_and_without_smoothquant(tiny, data, tmp_path, alpha):
     out = str(tmp_path / "q")
-    record = quantize(tiny["ckpt"], out, QuantizeConfig(backend="inc", method="static", calibration_samples=8,
-                                                        smoothquant_alpha=alpha),
+    record = quantize(tiny["ckpt"], out, IncStaticConfig(calibration_samples=8, smoothquant_alpha=alpha),
                       train_set=data["train"], dev_set=data["dev"])
     assert record["quantization"]["smoothed_linears"] == (0 if alpha == 0 else 14)
     net, tok = load_quantized(out)
@@ -155,12 +157,10 @@ def test_inc_without_calibration_is_refused_never_zeros(tiny, data, tmp_path):
     with pytest.raises(CompressorError, match="all-zero"):
         check_not_silenced(silent, reference)
     with pytest.raises(CompressorError, match="calibration"):
-        quantize(tiny["ckpt"], str(tmp_path / "q"), QuantizeConfig(backend="inc", method="dynamic",
-                                                                   calibration_samples=0),
+        quantize(tiny["ckpt"], str(tmp_path / "q"), IncDynamicConfig(calibration_samples=0),
                  train_set=data["train"], dev_set=data["dev"])
     # calibrated, the dynamic path works
-    quantize(tiny["ckpt"], str(tmp_path / "ok"), QuantizeConfig(backend="inc", method="dynamic",
-                                                                calibration_samples=8),
+    quantize(tiny["ckpt"], str(tmp_path / "ok"), IncDynamicConfig(calibration_samples=8),
              train_set=data["train"], dev_set=data["dev"])
     net, tok = load_quantized(str(tmp_path / "ok"))
     assert_close(predict_logits(net, tok, data["dev"].examples, 64, batch_size=1), fp32_logits(tiny, data))
@@ -185,8 +185,8 @@ def test_fake_quantisation_matches_onnxruntime_and_trains(tiny, data):
 
 def test_qat_exports_a_real_int8_model(tiny, data, tmp_path):
     out = str(tmp_path / "q")
-    record = quantize(tiny["ckpt"], out, QuantizeConfig(method="qat", max_steps=4, eval_every=4, lr=1e-5, batch_size=8,
-                                                        device="cpu", distill_alpha=0.5),
+    record = quantize(tiny["ckpt"], out, OrtQATConfig(max_steps=4, eval_every=4, lr=1e-5, batch_size=8, device="cpu",
+                                                      distill_alpha=0.5),
                       train_set=data["train"], dev_set=data["dev"])
     assert record["qat"]["steps"] == 4 and record["qat"]["fake_quantized_linears"] == 12
     ops = {n.op_type for n in __import__("onnx").load(os.path.join(out, "model.onnx")).graph.node}
@@ -203,7 +203,7 @@ def test_sensitivity_mixed_precision_and_accuracy_aware_choice(tiny, data, tmp_p
     assert "layer.1.attention.qkv" in matrices and len(matrices) == 1 + 2 * 4
 
     out = str(tmp_path / "mixed")
-    record = quantize(tiny["onnx"], out, QuantizeConfig(method="mixed", max_drop=100.0, granularity="matrix"),
+    record = quantize(tiny["onnx"], out, OrtMixedConfig(max_drop=100.0, granularity="matrix"),
                       dev_set=data["dev"])
     search = record["search"]
     assert search["fp32_units"] == []  # any drop is tolerated: everything INT8
@@ -212,7 +212,7 @@ def test_sensitivity_mixed_precision_and_accuracy_aware_choice(tiny, data, tmp_p
     assert "| unit |" in open(os.path.join(out, "sensitivity.md")).read()
 
     out = str(tmp_path / "auto")
-    record = quantize(tiny["onnx"], out, QuantizeConfig(method="auto", max_drop=0.0, calibration_samples=8),
+    record = quantize(tiny["onnx"], out, OrtAutoConfig(max_drop=0.0, calibration_samples=8),
                       train_set=data["train"], dev_set=data["dev"])
     tried = record["search"]["tried"]
     assert [t["name"].split(" ")[0] for t in tried] == ["static-int8", "dynamic-int8", "mixed", "fp32"]

@@ -1,12 +1,11 @@
-"""One verb: ``quantize(model, out, QuantizeConfig(...))``.
+"""One verb: ``quantize(model, out, config)``; the config's type is the method.
 
-``backend`` picks the engine, ``method`` what to do:
-
-| backend | methods | input | output |
-|---|---|---|---|
-| ``onnxruntime`` | dynamic, static, qat, mixed, auto, fp16 | checkpoint or export folder (qat: checkpoint) | export folder (``onnx``) |
-| ``torchao`` | dynamic, weight_only, fp16, bf16 | checkpoint | ``torch-quantized`` folder |
-| ``inc`` | static, dynamic (both calibrated; ``smoothquant_alpha`` > 0 smooths first) | checkpoint | ``torch-quantized`` folder |
+Each method is a config type in ``configs.py`` (``OrtStaticConfig``, ``TorchaoDynamicConfig``,
+``IncStaticConfig``, ...) holding only its own settings, and one function below registered
+for that type with ``register_quantizer``; ``quantize`` does what every method shares
+(checks, data, scoring, the record) and looks the method's function up by type.
+Recipes and the command line name the type by ``backend`` and ``method``
+(``quantize_config``); ``configs.py`` has the table of methods.
 """
 from __future__ import annotations
 
@@ -14,75 +13,30 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
-from typing import List, Optional
+from dataclasses import asdict, dataclass
+from typing import Optional
 
 from ..errors import CompressorError
 from ..io import check_output_dir, versions, write_json
-from ..settings import at_least_one, check_fields, not_negative, positive, setting, share
-from ..settings import device as device_setting
-from .presets import PRESET_NAMES, resolve_preset
+from .configs import (IncDynamicConfig, IncStaticConfig, OrtAutoConfig, OrtDynamicConfig, OrtFP16Config,
+                      OrtMixedConfig, OrtQATConfig, OrtStaticConfig, QuantizeConfig, TorchaoBF16Config,
+                      TorchaoDynamicConfig, TorchaoFP16Config, TorchaoWeightOnlyConfig, quantizer_for,
+                      register_quantizer)
 
-BACKENDS = {
-    "onnxruntime": ("dynamic", "static", "qat", "mixed", "auto", "fp16"),
-    "torchao": ("dynamic", "weight_only", "fp16", "bf16"),
-    "inc": ("static", "dynamic"),
-}
-CALIBRATIONS = ("minmax", "entropy", "percentile")
-GRANULARITIES = ("matrix", "layer")
 RECORD_FILE = "quantize.json"
 
 
-def _method_problem(method, config) -> Optional[str]:
-    backend = getattr(config, "backend", "onnxruntime")
-    if backend in BACKENDS and method not in BACKENDS[backend]:
-        return (f"method '{method}' is not available with backend {backend}; "
-                f"it offers {', '.join(BACKENDS[backend])}")
-    return None
-
-
 @dataclass
-class QuantizeConfig:
-    """Settings of one quantisation; the names are the recipe keys and CLI options."""
+class QuantizeJob:
+    """What a method's function works on besides its config."""
 
-    method: str = setting("dynamic", check=lambda v, name, c: _method_problem(v, c))
-    backend: str = setting("onnxruntime", choices=tuple(BACKENDS))
-    preset: str = setting("avx2", choices=PRESET_NAMES)   # avx2, avx512_vnni, amx, arm64, auto (this machine's)
-    per_channel: Optional[bool] = None   # None: as the preset says
-    symmetric_weights: Optional[bool] = None
-    symmetric_activations: Optional[bool] = None
-    reduce_range: Optional[bool] = None
-    optimize: bool = False               # ONNX: ORT's BERT fusions first (export folders usually have them)
-    calibration: str = setting("minmax", choices=CALIBRATIONS)   # static: minmax, entropy, percentile
-    calibration_samples: int = setting(128, check=not_negative)  # training rows for calibration (static, inc)
-    percentile: float = 99.999
-    smoothquant_alpha: float = setting(0.0, check=share)  # inc: > 0 applies SmoothQuant with this alpha first
-    exclude: List[str] = field(default_factory=list)   # ONNX node names / torch module names kept FP32
-    max_drop: float = setting(0.5, check=not_negative)   # mixed, auto: tolerated dev score drop (points)
-    granularity: str = setting("layer", choices=GRANULARITIES)   # mixed, auto: matrix or layer
-    # quantisation-aware training (method qat)
-    epochs: float = 1.0
-    lr: float = setting(1e-5, check=positive)
-    batch_size: int = setting(32, check=positive)
-    max_length: int = setting(128, check=positive)
-    max_steps: int = setting(0, check=not_negative)
-    eval_every: int = setting(0, check=not_negative)
-    distill_alpha: float = 0.5           # weight of the FP32 model's soft targets; 0: labels only
-    temperature: float = setting(2.0, check=positive)
-    device: str = setting("auto", check=device_setting)
-    seed: int = 42
-    threads: Optional[int] = setting(None, check=at_least_one)   # onnxruntime threads when scoring
-
-    def check(self) -> None:
-        check_fields(self)
-
-    def hardware(self):
-        return resolve_preset(self.preset, self.per_channel, self.symmetric_weights,
-                              self.symmetric_activations, self.reduce_range)
-
-    @property
-    def produces_onnx(self) -> bool:
-        return self.backend == "onnxruntime"
+    model: str                 # a checkpoint or an ONNX export folder
+    out: str                   # the folder to write
+    task: object
+    train_set: object          # None unless the method uses it (config.uses_train)
+    dev_set: object            # None when the dev split cannot be loaded
+    max_length: int
+    meta: dict                 # compressor.json of the output
 
 
 def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task: Optional[str] = None,
@@ -99,8 +53,9 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
     from ..models import read_meta
     from ..scoring import _task_for
 
-    config = config or QuantizeConfig()
+    config = config or OrtDynamicConfig()
     config.check()
+    method = quantizer_for(config)
     check_output_dir(out, overwrite)
     if not os.path.isdir(model):
         from ..models import resolve_model
@@ -108,25 +63,22 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
         model = resolve_model(model)
     task_spec, model_meta = _task_for(model, task)
     max_length = model_meta.get("max_length", 128)
-    needs_train = config.method in ("static", "qat", "auto") or config.backend == "inc"
-    if train_set is None and needs_train:
+    if train_set is None and config.uses_train:
         train_set = load_split(task_spec, "train", data_dir=data_dir)
     if dev_set is None:
         try:
             dev_set = load_split(task_spec, "dev", data_dir=data_dir)
         except CompressorError:
-            if config.method in ("mixed", "auto", "qat"):
+            if config.needs_dev:
                 raise
             dev_set = None
     preset = config.hardware()
     start = time.perf_counter()
-    record = {"method": config.method, "backend": config.backend, "preset": preset.to_dict(),
+    record = {"method": config.method, "backend": config.backend,
+              "preset": preset.to_dict() if preset else None,
               "source": os.path.abspath(model), "task": task_spec.name, "config": asdict(config)}
     meta = meta or {**read_meta(model), "made_by": f"quantize:{config.backend}:{config.method}"}
-    if config.backend == "onnxruntime":
-        record.update(_onnx(model, out, config, preset, task_spec, train_set, dev_set))
-    else:
-        record.update(_torch(model, out, config, preset, task_spec, train_set, dev_set, max_length, meta))
+    record.update(method(QuantizeJob(model, out, task_spec, train_set, dev_set, max_length, meta), config))
     if dev_set is not None and "metrics" not in record:
         record["metrics"] = _score_output(out, config, dev_set, max_length)
     if record.get("metrics") is not None:
@@ -156,19 +108,18 @@ def _score_output(out: str, config: QuantizeConfig, dev_set, max_length: int) ->
 
 # -- ONNX Runtime -------------------------------------------------------------
 
-def _onnx(model, out, config, preset, task_spec, train_set, dev_set) -> dict:
-    from export.runtime import Predictor
-
+def _onnx(job: QuantizeJob, config, writer, trained=None) -> dict:
+    """What every ONNX Runtime method shares: the FP32 graph (``job.model``'s export, or what
+    ``trained(work, info)`` returns), refused if it is quantised already, and an export folder
+    whose ``model.onnx`` the method writes: ``writer(src_folder, work, quant, info)`` returns
+    ``write(path)``, noting what it did in ``quant`` (the manifest) and ``info`` (the record)."""
     from . import onnx_int8 as ox
 
     info = {"engine": "onnxruntime", "kind": "onnx"}
+    model = job.model
     with tempfile.TemporaryDirectory(prefix="compressor-quantize-") as work:
-        if config.method == "qat":
-            if ox.is_export_folder(model):
-                raise CompressorError(f"QAT trains a PyTorch checkpoint; {model} is an ONNX export folder")
-            trained, info["qat"] = _qat(model, os.path.join(work, "trained"), config, preset,
-                                        task_spec, train_set, dev_set)
-            model = trained
+        if trained is not None:
+            model = trained(work, info)
         src_folder = ox.ensure_export(model, os.path.join(work, "export"))
         src = ox.onnx_file(src_folder)
         parameters = ox.count_weights(src)
@@ -176,38 +127,104 @@ def _onnx(model, out, config, preset, task_spec, train_set, dev_set) -> dict:
         if done:
             raise CompressorError(f"{model} is already quantised ({done.get('method')}); "
                                   "quantise its FP32 export instead")
-        quant = {"method": config.method, "preset": preset.to_dict(), "backend": "onnxruntime"}
-
-        if config.method in ("dynamic", "qat"):
-            write = lambda path: ox.quantize_dynamic_onnx(src, path, preset, config.optimize,
-                                                          nodes_to_exclude=config.exclude)
-        elif config.method == "static":
-            predictor = Predictor(src_folder, threads=config.threads)  # calibrates on what it is fed
-            feeds = ox.calibration_feeds(predictor, train_set.examples, config.calibration_samples,
-                                         config.seed)
-            quant.update(calibration=config.calibration, calibration_samples=len(feeds),
-                         percentile=config.percentile if config.calibration == "percentile" else None)
-            write = lambda path: ox.quantize_static_onnx(
-                src, path, preset, feeds, config.calibration, config.percentile, config.exclude,
-                optimize=config.optimize, pad_id=predictor.pad_id)
-        elif config.method == "fp16":
-            write = lambda path: ox.convert_fp16_onnx(src, path)
-        else:  # mixed or auto
-            chosen_path, search = _search(src_folder, work, config, preset, train_set, dev_set)
-            info["search"] = search
-            quant.update({k: search.get(k) for k in ("fp32_units", "chosen") if k in search})
-            write = lambda path: shutil.copyfile(chosen_path, path)
-        if config.exclude:
+        preset = config.hardware()
+        quant = {"method": config.method, "preset": preset.to_dict() if preset else None,
+                 "backend": "onnxruntime"}
+        write = writer(src_folder, work, quant, info)
+        if getattr(config, "exclude", None):
             quant["excluded_nodes"] = list(config.exclude)
         report_files = info.get("search", {}).pop("files", None)
-        ox.write_export(src_folder, out, write, quant)
+        ox.write_export(src_folder, job.out, write, quant)
         if report_files:
             for path in report_files.values():
-                shutil.copy2(path, os.path.join(out, os.path.basename(path)))
+                shutil.copy2(path, os.path.join(job.out, os.path.basename(path)))
             info["sensitivity_files"] = [os.path.basename(p) for p in report_files.values()]
-    info["size_bytes"] = os.path.getsize(os.path.join(out, ox.ONNX_FILE))
+    info["size_bytes"] = os.path.getsize(os.path.join(job.out, ox.ONNX_FILE))
     info["parameters"] = parameters
     return info
+
+
+def _dynamic_writer(config):
+    def writer(src_folder, work, quant, info):
+        from . import onnx_int8 as ox
+
+        src = ox.onnx_file(src_folder)
+        return lambda path: ox.quantize_dynamic_onnx(src, path, config.hardware(), config.optimize,
+                                                     nodes_to_exclude=config.exclude)
+    return writer
+
+
+@register_quantizer(OrtDynamicConfig)
+def ort_dynamic(job: QuantizeJob, config: OrtDynamicConfig) -> dict:
+    """Dynamic INT8: weights quantised once, each activation's range taken per input."""
+    return _onnx(job, config, _dynamic_writer(config))
+
+
+@register_quantizer(OrtQATConfig)
+def ort_qat(job: QuantizeJob, config: OrtQATConfig) -> dict:
+    """Quantisation-aware training of the checkpoint (Q8BERT), then dynamic INT8 of its graph."""
+    from .onnx_int8 import is_export_folder
+
+    if is_export_folder(job.model):
+        raise CompressorError(f"QAT trains a PyTorch checkpoint; {job.model} is an ONNX export folder")
+
+    def trained(work, info):
+        folder, info["qat"] = _qat(job.model, os.path.join(work, "trained"), config, config.hardware(),
+                                   job.task, job.train_set, job.dev_set)
+        return folder
+    return _onnx(job, config, _dynamic_writer(config), trained)
+
+
+@register_quantizer(OrtStaticConfig)
+def ort_static(job: QuantizeJob, config: OrtStaticConfig) -> dict:
+    """Static INT8: activation ranges fixed from calibration on training rows."""
+    def writer(src_folder, work, quant, info):
+        from export.runtime import Predictor
+
+        from . import onnx_int8 as ox
+
+        src = ox.onnx_file(src_folder)
+        predictor = Predictor(src_folder, threads=config.threads)  # calibrates on what it is fed
+        feeds = ox.calibration_feeds(predictor, job.train_set.examples, config.calibration_samples,
+                                     config.seed)
+        quant.update(calibration=config.calibration, calibration_samples=len(feeds),
+                     percentile=config.percentile if config.calibration == "percentile" else None)
+        return lambda path: ox.quantize_static_onnx(
+            src, path, config.hardware(), feeds, config.calibration, config.percentile, config.exclude,
+            optimize=config.optimize, pad_id=predictor.pad_id)
+    return _onnx(job, config, writer)
+
+
+@register_quantizer(OrtFP16Config)
+def ort_fp16(job: QuantizeJob, config: OrtFP16Config) -> dict:
+    """FP16 weights and activations."""
+    def writer(src_folder, work, quant, info):
+        from . import onnx_int8 as ox
+
+        return lambda path: ox.convert_fp16_onnx(ox.onnx_file(src_folder), path)
+    return _onnx(job, config, writer)
+
+
+def _search_writer(job: QuantizeJob, config):
+    def writer(src_folder, work, quant, info):
+        chosen_path, search = _search(src_folder, work, config, config.hardware(), job.train_set,
+                                      job.dev_set)
+        info["search"] = search
+        quant.update({k: search.get(k) for k in ("fp32_units", "chosen") if k in search})
+        return lambda path: shutil.copyfile(chosen_path, path)
+    return writer
+
+
+@register_quantizer(OrtMixedConfig)
+def ort_mixed(job: QuantizeJob, config: OrtMixedConfig) -> dict:
+    """INT8 with the units the dev score is most sensitive to kept in FP32, within max_drop."""
+    return _onnx(job, config, _search_writer(job, config))
+
+
+@register_quantizer(OrtAutoConfig)
+def ort_auto(job: QuantizeJob, config: OrtAutoConfig) -> dict:
+    """The fastest of static, dynamic and mixed INT8 (and FP32) within max_drop."""
+    return _onnx(job, config, _search_writer(job, config))
 
 
 def _search(src_folder, work, config, preset, train_set, dev_set) -> tuple:
@@ -289,39 +306,78 @@ def _qat(model, trained_dir, config, preset, task_spec, train_set, dev_set):
 
 # -- PyTorch ----------------------------------------------------------------------
 
-def _torch(model, out, config, preset, task_spec, train_set, dev_set, max_length, meta) -> dict:
+def _torch(job: QuantizeJob, config, transform) -> dict:
+    """What every PyTorch method shares: load the checkpoint, ``transform(net, tokenizer, info)``
+    it in place (returning INC's calibration, or None), save a ``torch-quantized`` folder."""
     from ..models import count_parameters, load_for_task
     from . import torch_int8 as tq
 
     from .onnx_int8 import is_export_folder
 
-    if is_export_folder(model):
-        raise CompressorError(f"backend {config.backend} quantises PyTorch checkpoints; {model} is an ONNX "
-                              "export folder (use backend onnxruntime)")
-    net, tokenizer = load_for_task(model, task_spec)
+    if is_export_folder(job.model):
+        raise CompressorError(f"backend {config.backend} quantises PyTorch checkpoints; {job.model} is an "
+                              "ONNX export folder (use backend onnxruntime)")
+    net, tokenizer = load_for_task(job.model, job.task)
     net.eval()
     parameters = count_parameters(net)
-    info = {"method": config.method, "backend": config.backend, "preset": preset.to_dict(),
-            "exclude": list(config.exclude)}
-    calibration = None
-    if config.backend == "torchao":
-        if config.method in ("fp16", "bf16"):
-            tq.cast_model(net, config.method)
-            info["method"] = config.method
-        else:
-            tq.quantize_torchao(net, preset, config.exclude, weight_only=config.method == "weight_only")
-            info["weight_only"] = config.method == "weight_only"
-    else:
-        from .inc import quantize_inc, torch_feeds
-        import random
+    preset = config.hardware()
+    info = {"method": config.method, "backend": config.backend,
+            "preset": preset.to_dict() if preset else None, "exclude": list(getattr(config, "exclude", []))}
+    calibration = transform(net, tokenizer, info)
+    size = tq.save_quantized(net, tokenizer, job.out, job.meta, info, calibration=calibration)
+    return {"engine": "pytorch", "kind": tq.KIND, "parameters": parameters, "size_bytes": size,
+            "quantization": info}
 
-        rows = random.Random(config.seed).sample(list(train_set.examples),
-                                                 min(config.calibration_samples, len(train_set)))
-        feeds = torch_feeds(tokenizer, rows, max_length, net.config)
-        wrapped, calibration = quantize_inc(net, feeds, config.method, config.smoothquant_alpha, max_length)
+
+@register_quantizer(TorchaoDynamicConfig)
+def torchao_int8(job: QuantizeJob, config: TorchaoDynamicConfig) -> dict:
+    """torchao's ``quantize_``: INT8 activations (per input) and weights."""
+    from .torch_int8 import quantize_torchao
+
+    def transform(net, tokenizer, info):
+        quantize_torchao(net, config.hardware(), config.exclude)
+        info["weight_only"] = False
+    return _torch(job, config, transform)
+
+
+@register_quantizer(TorchaoWeightOnlyConfig)
+def torchao_weight_only(job: QuantizeJob, config: TorchaoWeightOnlyConfig) -> dict:
+    """torchao's ``quantize_``: INT8 weights, activations in floating point."""
+    from .torch_int8 import quantize_torchao
+
+    def transform(net, tokenizer, info):
+        quantize_torchao(net, config.hardware(), config.exclude, weight_only=True)
+        info["weight_only"] = True
+    return _torch(job, config, transform)
+
+
+@register_quantizer(TorchaoFP16Config)
+@register_quantizer(TorchaoBF16Config)
+def torch_cast(job: QuantizeJob, config) -> dict:
+    """The model in FP16 or BF16."""
+    from .torch_int8 import cast_model
+
+    def transform(net, tokenizer, info):
+        cast_model(net, config.method)
+    return _torch(job, config, transform)
+
+
+@register_quantizer(IncStaticConfig)
+@register_quantizer(IncDynamicConfig)
+def inc_int8(job: QuantizeJob, config) -> dict:
+    """Intel Neural Compressor INT8 (static or dynamic, always calibrated), SmoothQuant first if asked."""
+    import random
+
+    from .inc import quantize_inc, torch_feeds
+
+    def transform(net, tokenizer, info):
+        rows = random.Random(config.seed).sample(list(job.train_set.examples),
+                                                 min(config.calibration_samples, len(job.train_set)))
+        feeds = torch_feeds(tokenizer, rows, job.max_length, net.config)
+        wrapped, calibration = quantize_inc(net, feeds, config.method, config.smoothquant_alpha,
+                                            job.max_length)
         info.update(method="inc", inc_method=config.method, calibration_samples=len(feeds),
                     smoothquant_alpha=config.smoothquant_alpha,
                     smoothed_linears=getattr(wrapped, "smoothed_linears", 0))
-    size = tq.save_quantized(net, tokenizer, out, meta, info, calibration=calibration)
-    return {"engine": "pytorch", "kind": tq.KIND, "parameters": parameters, "size_bytes": size,
-            "quantization": info}
+        return calibration
+    return _torch(job, config, transform)

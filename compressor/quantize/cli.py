@@ -23,11 +23,17 @@ _HELP = {
 
 
 def _options(fn):
-    """One option per QuantizeConfig field, so the CLI and recipes take the same settings."""
-    from .api import QuantizeConfig
+    """One option per setting of any quantisation method, so the CLI and recipes take the same
+    settings; ``--backend`` and ``--method`` pick the config type, which must take the others given."""
+    from ..settings import variants
+    from .configs import QuantizeConfig
 
-    hints = typing.get_type_hints(QuantizeConfig)
-    for f in reversed(dataclasses.fields(QuantizeConfig)):
+    fields, hints = {}, {}
+    for cls in variants(QuantizeConfig).values():
+        for f in dataclasses.fields(cls):
+            if f.init and f.name not in fields:
+                fields[f.name], hints[f.name] = f, typing.get_type_hints(cls)[f.name]
+    for f in reversed(list(fields.values())):
         flag = "--" + f.name.replace("_", "-")
         hint = hints[f.name]
         args = typing.get_args(hint)
@@ -43,7 +49,17 @@ def _options(fn):
             default = f.default if f.default is not dataclasses.MISSING else None
             fn = click.option(flag, f.name, type=kind, default=default, show_default=default is not None,
                               help=_HELP.get(f.name))(fn)
-    return fn
+    fn = click.option("--method", default="dynamic", show_default=True, help=_HELP["method"])(fn)
+    return click.option("--backend", default="onnxruntime", show_default=True, help=_HELP["backend"])(fn)
+
+
+def _given(settings: dict) -> dict:
+    """The settings the user typed (defaults come from the method's own config type)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()
+            if ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)}
 
 
 def register(cli):
@@ -59,15 +75,15 @@ def register(cli):
     @click.option("--dev-limit", type=int, default=None, help="Score only the first N dev rows.")
     @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
     @_options
-    def quantize_command(model, out, task, data_dir, train_limit, dev_limit, overwrite, **kwargs):
+    def quantize_command(model, out, task, data_dir, train_limit, dev_limit, overwrite, backend, method,
+                         **kwargs):
         """Quantise a checkpoint or ONNX export folder (INT8, mixed precision, FP16/BF16)."""
         from ..data import load_split
         from ..scoring import _task_for
-        from .api import QuantizeConfig, quantize
+        from .api import quantize
+        from .configs import quantize_config
 
-        kwargs["exclude"] = list(kwargs["exclude"])
-        config = QuantizeConfig(**kwargs)
-        config.check()
+        config = quantize_config(backend, method, **_given(kwargs))
         task_spec, _ = _task_for(model, task) if os.path.isdir(model) else (None, None)
         train = dev = None
         if task_spec is not None and (train_limit is not None or dev_limit is not None):

@@ -1,0 +1,274 @@
+"""One config type per quantisation method, and the registry from type to the function doing it.
+
+As torchao's ``quantize_(model, Int8DynamicActivationInt8WeightConfig())``: a method is
+a config class holding only its own settings plus one function registered for that
+class with :func:`register_quantizer`; ``quantize`` looks the function up by the
+config's type. Recipes and the command line name the type by ``backend`` and
+``method`` (:func:`quantize_config`):
+
+| backend | method: type | input | output |
+|---|---|---|---|
+| ``onnxruntime`` | dynamic: OrtDynamicConfig, static: OrtStaticConfig, qat: OrtQATConfig, mixed: OrtMixedConfig, auto: OrtAutoConfig, fp16: OrtFP16Config | checkpoint or export folder (qat: checkpoint) | export folder (``onnx``) |
+| ``torchao`` | dynamic: TorchaoDynamicConfig, weight_only: TorchaoWeightOnlyConfig, fp16: TorchaoFP16Config, bf16: TorchaoBF16Config | checkpoint | ``torch-quantized`` folder |
+| ``inc`` | static: IncStaticConfig, dynamic: IncDynamicConfig (both calibrated; ``smoothquant_alpha`` > 0 smooths first) | checkpoint | ``torch-quantized`` folder |
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Dict, List, Optional
+
+from ..errors import CompressorError
+from ..settings import (at_least_one, check_fields, config_from_dict, not_negative, picks_type_by,
+                        positive, setting, share, tag, variant, variants)
+from ..settings import device as device_setting
+from .presets import PRESET_NAMES, resolve_preset
+
+CALIBRATIONS = ("minmax", "entropy", "percentile")
+GRANULARITIES = ("matrix", "layer")
+
+
+@picks_type_by("backend", "method")
+@dataclass
+class QuantizeConfig:
+    """Base of every method's config; ``backend`` and ``method`` say which type it is."""
+
+    backend: str = tag("onnxruntime")
+    method: str = tag("dynamic")
+    uses_train: ClassVar[bool] = False     # draws on the training split (calibration, QAT)
+    needs_dev: ClassVar[bool] = False      # cannot run without the dev split
+    produces_onnx: ClassVar[bool] = False
+
+    def check(self) -> None:
+        check_fields(self)
+
+    def hardware(self):
+        """The resolved hardware preset (None for a method that takes none)."""
+        return None
+
+
+@picks_type_by("backend", "method")
+@dataclass
+class OrtQuantizeConfig(QuantizeConfig):
+    """ONNX Runtime; writes an export folder. The recipe stage ``quantize``."""
+
+    backend: str = tag("onnxruntime")
+    threads: Optional[int] = setting(None, check=at_least_one)   # onnxruntime threads when scoring
+    produces_onnx: ClassVar[bool] = True
+
+    @staticmethod
+    def tag_hint(key, value) -> Optional[str]:
+        if key == "backend" and value in ("torchao", "inc"):
+            return f"backend {value} is the stage 'quantize_torch'; this stage takes onnxruntime"
+        return None
+
+
+@picks_type_by("backend", "method")
+@dataclass
+class TorchQuantizeConfig(QuantizeConfig):
+    """torchao or Intel Neural Compressor; writes a ``torch-quantized`` folder. The stage ``quantize_torch``."""
+
+    backend: str = tag("torchao")
+
+    @staticmethod
+    def tag_hint(key, value) -> Optional[str]:
+        if key == "backend" and value == "onnxruntime":
+            return "backend onnxruntime is the stage 'quantize'; this stage takes torchao or inc"
+        return None
+
+
+# -- settings several methods share -----------------------------------------------
+
+@dataclass
+class HardwareSettings:
+    """The hardware preset to deploy to, and overrides of it (None: as the preset says)."""
+
+    preset: str = setting("avx2", choices=PRESET_NAMES)   # avx2, avx512_vnni, amx, arm64, auto (this machine's)
+    per_channel: Optional[bool] = None
+    symmetric_weights: Optional[bool] = None
+    symmetric_activations: Optional[bool] = None
+    reduce_range: Optional[bool] = None
+
+    def hardware(self):
+        return resolve_preset(self.preset, self.per_channel, self.symmetric_weights,
+                              self.symmetric_activations, self.reduce_range)
+
+
+@dataclass
+class GraphSettings:
+    optimize: bool = False        # ORT's BERT fusions first (export folders usually have them)
+    exclude: List[str] = field(default_factory=list)   # ONNX node names kept FP32
+
+
+@dataclass
+class CalibrationSettings:
+    calibration: str = setting("minmax", choices=CALIBRATIONS)
+    calibration_samples: int = setting(128, check=not_negative)   # training rows
+    percentile: float = 99.999    # calibration percentile
+    seed: int = 42                # which training rows
+
+
+@dataclass
+class SearchSettings:
+    max_drop: float = setting(0.5, check=not_negative)   # tolerated dev score drop (points)
+    granularity: str = setting("layer", choices=GRANULARITIES)   # sensitivity per matrix or per layer
+
+
+# -- ONNX Runtime --------------------------------------------------------------------
+
+@variant
+@dataclass
+class OrtDynamicConfig(HardwareSettings, GraphSettings, OrtQuantizeConfig):
+    """Dynamic INT8: weights quantised ahead, activations per input."""
+
+    method: str = tag("dynamic")
+
+
+@variant
+@dataclass
+class OrtStaticConfig(HardwareSettings, GraphSettings, CalibrationSettings, OrtQuantizeConfig):
+    """Static INT8: activation ranges fixed from calibration on training rows."""
+
+    method: str = tag("static")
+    uses_train: ClassVar[bool] = True
+
+
+@variant
+@dataclass
+class OrtQATConfig(HardwareSettings, GraphSettings, OrtQuantizeConfig):
+    """Quantisation-aware training (Q8BERT) of a checkpoint, then dynamic INT8."""
+
+    method: str = tag("qat")
+    epochs: float = 1.0
+    lr: float = setting(1e-5, check=positive)
+    batch_size: int = setting(32, check=positive)
+    max_length: int = setting(128, check=positive)
+    max_steps: int = setting(0, check=not_negative)
+    eval_every: int = setting(0, check=not_negative)
+    distill_alpha: float = 0.5    # weight of the FP32 model's soft targets; 0: labels only
+    temperature: float = setting(2.0, check=positive)
+    device: str = setting("auto", check=device_setting)
+    seed: int = 42
+    uses_train: ClassVar[bool] = True
+    needs_dev: ClassVar[bool] = True
+
+
+@variant
+@dataclass
+class OrtMixedConfig(HardwareSettings, SearchSettings, OrtQuantizeConfig):
+    """INT8 with the units the dev score is most sensitive to kept in FP32, within ``max_drop``."""
+
+    method: str = tag("mixed")
+    needs_dev: ClassVar[bool] = True
+
+
+@variant
+@dataclass
+class OrtAutoConfig(HardwareSettings, SearchSettings, CalibrationSettings, OrtQuantizeConfig):
+    """The fastest of static, dynamic and mixed INT8 (and FP32) within ``max_drop``."""
+
+    method: str = tag("auto")
+    uses_train: ClassVar[bool] = True
+    needs_dev: ClassVar[bool] = True
+
+
+@variant
+@dataclass
+class OrtFP16Config(OrtQuantizeConfig):
+    """FP16 weights and activations."""
+
+    method: str = tag("fp16")
+
+
+# -- torchao and INC -------------------------------------------------------------------
+
+@dataclass
+class ModuleSettings:
+    exclude: List[str] = field(default_factory=list)   # torch module names kept FP32
+
+
+@variant
+@dataclass
+class TorchaoDynamicConfig(HardwareSettings, ModuleSettings, TorchQuantizeConfig):
+    """torchao's ``quantize_``: INT8 activations (per input) and weights."""
+
+    method: str = tag("dynamic")
+
+
+@variant
+@dataclass
+class TorchaoWeightOnlyConfig(HardwareSettings, ModuleSettings, TorchQuantizeConfig):
+    """torchao's ``quantize_``: INT8 weights, activations in floating point."""
+
+    method: str = tag("weight_only")
+
+
+@variant
+@dataclass
+class TorchaoFP16Config(TorchQuantizeConfig):
+    method: str = tag("fp16")
+
+
+@variant
+@dataclass
+class TorchaoBF16Config(TorchQuantizeConfig):
+    method: str = tag("bf16")
+
+
+@dataclass
+class IncSettings:
+    calibration_samples: int = setting(128, check=not_negative)   # training rows (INC always calibrates)
+    seed: int = 42
+    smoothquant_alpha: float = setting(0.0, check=share)   # > 0: SmoothQuant with this alpha first
+
+
+@variant
+@dataclass
+class IncStaticConfig(IncSettings, TorchQuantizeConfig):
+    """Intel Neural Compressor static INT8 (PT2E)."""
+
+    backend: str = tag("inc")
+    method: str = tag("static")
+    uses_train: ClassVar[bool] = True
+
+
+@variant
+@dataclass
+class IncDynamicConfig(IncSettings, TorchQuantizeConfig):
+    """Intel Neural Compressor dynamic INT8 (PT2E; calibrated all the same)."""
+
+    backend: str = tag("inc")
+    method: str = tag("dynamic")
+    uses_train: ClassVar[bool] = True
+
+
+BACKENDS = {}
+for _backend, _method in variants(QuantizeConfig):
+    BACKENDS.setdefault(_backend, []).append(_method)
+BACKENDS = {b: tuple(m) for b, m in BACKENDS.items()}
+
+
+def quantize_config(backend: str = "onnxruntime", method: str = "dynamic", **settings) -> QuantizeConfig:
+    """The config type ``backend`` and ``method`` name, with ``settings`` (each must be one of its own)."""
+    return config_from_dict(QuantizeConfig, {"backend": backend, "method": method, **settings},
+                            what="quantize")
+
+
+# -- the registry: config type -> the function that quantises with it -------------------
+
+QUANTIZERS: Dict[type, Callable] = {}
+
+
+def register_quantizer(config_cls: type):
+    """Decorator: ``fn(job, config) -> dict`` quantises with configs of ``config_cls``."""
+    def wrap(fn):
+        QUANTIZERS[config_cls] = fn
+        return fn
+    return wrap
+
+
+def quantizer_for(config) -> Callable:
+    for cls in type(config).__mro__:
+        if cls in QUANTIZERS:
+            return QUANTIZERS[cls]
+    known = ", ".join(sorted(c.__name__ for c in QUANTIZERS))
+    raise CompressorError(f"no quantisation method is registered for {type(config).__name__}; use {known}")
