@@ -150,7 +150,7 @@ def predict(model, input_, output, task, text_columns, batch_size, max_length, d
     if onnx:
         from export.onnx import predict_file
 
-        result = predict_file(model, input_, output, text_columns=text_columns, batch_size=batch_size)
+        result = predict_file(model, input_, output, text_columns=text_columns)
         click.echo(f"{result['rows']} rows labelled: {result['output']}")
         return
     from .scoring import predict as run

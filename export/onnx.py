@@ -355,9 +355,13 @@ def example_texts(examples) -> list:
 
 # -- labelling files -----------------------------------------------------
 
-def predict_file(folder: str, input: str, output: str, text_columns=None, batch_size: int = 64,
+def predict_file(folder: str, input: str, output: str, text_columns=None,
                  threads: Optional[int] = None) -> dict:
-    """``compressor predict --onnx``: label a GLUE or user file with the torch-free ``Predictor``."""
+    """``compressor predict --onnx``: label a GLUE or user file with the torch-free ``Predictor``.
+
+    One sentence at a time, as the graph is scored and deployed: a padded batch would
+    change what a dynamically quantised graph predicts.
+    """
     from compressor.data import task_from_dict
     from compressor.scoring import read_rows_to_label, write_predictions
 
@@ -367,7 +371,7 @@ def predict_file(folder: str, input: str, output: str, text_columns=None, batch_
     task_spec = task_from_dict(manifest["task_spec"])
     dataset = read_rows_to_label(input, task_spec, text_columns, output=output)
     predictor = Predictor(folder, threads=threads)
-    labels = predictor.predict(example_texts(dataset.examples), batch_size)
+    labels = predictor.predict(example_texts(dataset.examples), batch_size=1)
     write_predictions(output, dataset.examples, labels, input=input)
     return {"input": input, "output": os.path.abspath(output), "rows": len(labels),
             "task": task_spec.name, "engine": "onnxruntime"}

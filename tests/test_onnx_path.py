@@ -83,6 +83,19 @@ stages:
     assert mixed["search"]["sensitivity"]["all_int8_score"] == stage["score"]
     assert mixed["metrics"] == stage["metrics"]
 
+    # labelling a file gives the labels the scores were computed from, with or without --onnx
+    from compressor.cli import main
+
+    sentences = tmp_path / "sentences.tsv"
+    sentences.write_text("sentence\n" + "".join(e.texts[0] + "\n" for e in dev.examples))
+    labels = [str(i) for i in one.argmax(-1)]
+    for flag in (["--onnx"], []):
+        written = tmp_path / f"labels{len(flag)}.tsv"
+        main(["predict", int8, "--input", str(sentences), "--output", str(written),
+              "--text-column", "sentence"] + flag)
+        rows = [line.split("\t")[1] for line in written.read_text().splitlines()[1:]]
+        assert rows == labels, flag
+
 
 def _uses(tree: ast.AST, name: str):
     """(line, enclosing class) of every mention of ``name`` as a name, attribute or import."""
