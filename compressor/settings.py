@@ -232,7 +232,7 @@ def build(cls, values, path: tuple, what: str, prefix: str, defaults: Optional[d
         cls, problem = _pick(base, values, name)
         if cls is None:
             return None, [((*path, problem[0]) if problem[0] in values else path, say(problem[1]))
-                          ] + _loose_problems(base, values, path, prefix, what, say)
+                          ] + _loose_problems(base, values, path, prefix, name, what, say)
     hints = typing.get_type_hints(cls)
     tags = tag_names(cls)
     settable = [f.name for f in dataclasses.fields(cls) if f.init]
@@ -308,7 +308,7 @@ def _unknown_key(base, cls, name: str, key: str) -> str:
             f"{', '.join(setting_names(cls))}")
 
 
-def _loose_problems(base, values: dict, path: tuple, prefix: str, what: str, say) -> List[Problem]:
+def _loose_problems(base, values: dict, path: tuple, prefix: str, name: str, what: str, say) -> List[Problem]:
     """With no type picked, check each other setting as the first type that has it would."""
     problems = []
     for key, value in values.items():
@@ -317,7 +317,7 @@ def _loose_problems(base, values: dict, path: tuple, prefix: str, what: str, say
         owner = next((v for v in base._variants.values()
                       if key in [f.name for f in dataclasses.fields(v) if f.init]), None)
         if owner is None:
-            problems.append(((*path, key), say(f"{prefix[:-1] or 'it'} has no setting '{key}'")))
+            problems.append(((*path, key), say(f"{name} has no setting '{key}'")))
             continue
         f = next(f for f in dataclasses.fields(owner) if f.name == key)
         try:
