@@ -13,7 +13,7 @@ from .errors import CompressorError
 
 def _train_options(fn):
     """One option per TrainConfig field, so the CLI and recipes take the same settings."""
-    from .train import TrainConfig
+    from .train_config import TrainConfig
 
     hints = typing.get_type_hints(TrainConfig)
     for f in reversed(dataclasses.fields(TrainConfig)):
@@ -23,7 +23,7 @@ def _train_options(fn):
 
 
 def _train_config(kwargs):
-    from .train import TrainConfig
+    from .train_config import TrainConfig
 
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     return TrainConfig(**{k: kwargs.pop(k) for k in names})
@@ -274,7 +274,7 @@ def _terminate_like_ctrl_c():
     import threading
 
     if threading.current_thread() is threading.main_thread():
-        from .recipe.guard import Terminated
+        from .errors import Terminated
 
         def raise_terminated(signum, frame):
             raise Terminated()

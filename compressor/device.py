@@ -2,18 +2,22 @@
 from __future__ import annotations
 
 import contextlib
-
-import torch
+from typing import TYPE_CHECKING
 
 from . import distributed
 from .errors import CompressorError
 from .settings import device_problem
+
+if TYPE_CHECKING:
+    import torch
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 def resolve_device(name: str = "auto") -> torch.device:
     """``auto`` picks CUDA when present; asking for CUDA without it is an error, not a fallback."""
+    import torch
+
     name = (name or "auto").lower()
     problem = device_problem(name)
     if problem:
@@ -43,6 +47,8 @@ def check_precision(precision: str, device: torch.device) -> str:
 
 
 def autocast(device: torch.device, precision: str):
+    import torch
+
     if precision == "fp32":
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16

@@ -10,6 +10,10 @@ class CompressorError(Exception):
     """A problem with the user's input, data, checkpoint or environment."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so temporary folders are removed on the way out."""
+
+
 def where(path, line=None) -> str:
     """Format a location as ``path:line`` for error messages."""
     return f"{path}:{line}" if line is not None else str(path)

@@ -115,3 +115,32 @@ def test_validate_accepts_a_good_recipe(capsys):
     from compressor.recipe.demo import demo_recipe_path
     main(["recipe", "validate", demo_recipe_path()])
     assert capsys.readouterr().out.strip().endswith(": ok")
+
+
+def test_help_loads_no_training_stack_and_prints_no_warnings():
+    """`compressor --help` answers at once: torch, transformers and the method modules load on use."""
+    probe = ("import sys, io, contextlib\n"
+             "from compressor.cli import main\n"
+             "for args in (['--help'], ['finetune', '--help'], ['distill', '--help'],\n"
+             "             ['quantize', '--help'], ['bench', '--help'], ['run', '--help']):\n"
+             "    with contextlib.redirect_stdout(io.StringIO()):\n"
+             "        try:\n"
+             "            main(args)\n"
+             "        except SystemExit:\n"
+             "            pass\n"
+             "print(sorted(m for m in ('torch', 'transformers', 'onnxruntime', 'neural_compressor')\n"
+             "             if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-W", "default", "-c", probe], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("module", ["compressor.train", "compressor.distill.distiller",
+                                    "compressor.quantize.api", "compressor.quantize.inc",
+                                    "export.onnx", "bench.suite"])
+def test_importing_the_toolkit_prints_nothing(module):
+    result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stderr

@@ -5,6 +5,17 @@
 ``students`` the student configs (one per ``kind``) and builders,
 ``small`` the BiLSTM/CNN classifiers; the recipe stage is ``distill``.
 """
-from .distiller import DistillConfig, distill, distill_model  # noqa: F401
-from .losses import LOSSES, Losses, LossSettings, Signals, layer_mapping, register_loss  # noqa: F401
-from .students import StudentConfig, build_student, student_config  # noqa: F401
+# imported on first use, so ``compressor --help`` does not load torch
+_LAZY = {"DistillConfig": "distiller", "distill": "distiller", "distill_model": "distiller",
+         "LOSSES": "losses", "Losses": "losses", "LossSettings": "losses", "Signals": "losses",
+         "layer_mapping": "losses", "register_loss": "losses",
+         "StudentConfig": "students", "build_student": "students", "student_config": "students"}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Iterator, Optional
 
-from ..errors import CompressorError
+from ..errors import CompressorError, Terminated
 
 LOCK_FILE = ".compressor.lock"
 # the names compressor.io's atomic writers use: mkstemp/mkdtemp add 8 characters
@@ -128,10 +128,6 @@ def _sha256(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process is, so temporary folders are removed on the way out."""
 
 
 @contextlib.contextmanager
