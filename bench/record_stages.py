@@ -6,7 +6,7 @@ import sys
 
 from bench.report import collect
 from compressor.io import read_json
-from compressor.results import command_line, write_results
+from compressor.results import command_line, run_command, write_results
 
 
 def main(argv=None) -> None:
@@ -14,7 +14,7 @@ def main(argv=None) -> None:
     run, out = argv
     manifest = read_json(f"{run}/manifest.json")
     rows = collect([run])
-    write_results(out, rows, command=f"compressor run {manifest['source']} --out {run}",
+    write_results(out, rows, command=run_command(manifest["source"], run),
                   stage_wall_time_s={s["dir"]: s.get("wall_time_s") for s in manifest["stages"]})
     print(command_line())
 

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence
 
 from compressor.errors import CompressorError
 from compressor.io import read_json, write_bytes, write_text
-from compressor.results import FORMAT, row
+from compressor.results import FORMAT, row, run_command
 
 RESULTS_NAME = "results.json"
 GROUP_COLOURS = {"teacher": "#d62728", "ours": "#1f77b4", "peer": "#7f7f7f"}
@@ -81,7 +81,7 @@ def _run_rows(folder: str) -> List[dict]:
     manifest = read_json(manifest_file)
     teacher = next((s for s in manifest["stages"] if s.get("stage") == "teacher"), None)
     teacher_value = teacher.get("score") if teacher else None
-    command = f"compressor run {manifest.get('source')} --out {os.path.abspath(folder)}"
+    command = run_command(manifest.get("source"), folder)
     rows = []
     for s in manifest["stages"]:
         record_file = os.path.join(folder, s["dir"], "record.json")

@@ -41,7 +41,7 @@ def bench_stage(ctx, config: BenchStageConfig) -> dict:
     """Benchmark the teacher, every stage's model and the peers (interleaved); the report shows them."""
     from compressor.errors import CompressorError
     from compressor.io import read_json
-    from compressor.results import write_results
+    from compressor.results import run_command, write_results
 
     from .harness import BenchConfig
     from .suite import run_benchmark, specs_for
@@ -77,7 +77,7 @@ def bench_stage(ctx, config: BenchStageConfig) -> dict:
 
         peer_specs_ = peer_specs(ctx.teacher_dir, os.path.join(ctx.out_dir, "peers"), peers,
                                  preset=config.preset, data_dir=ctx.data_dir)
-    command = f"compressor run {manifest.get('source')} --out {run_dir}"
+    command = run_command(manifest.get("source"), run_dir)
     doc = run_benchmark(specs=specs + peer_specs_, peers=(), config=bench_config, dev=ctx.split("dev"),
                         task=None, data_dir=ctx.data_dir)
     write_results(os.path.join(ctx.out_dir, "results.json"), doc["rows"], command=command,

@@ -16,6 +16,7 @@ and, where speed was measured: ``engine``, ``device``, ``threads``,
 """
 from __future__ import annotations
 
+import os
 import platform
 import shlex
 import sys
@@ -58,10 +59,43 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
+def shown_path(path: str) -> str:
+    """A path as a user in the current folder would type it: relative when it lies below it.
+
+    Committed results made from a checkout's root so name repository-relative paths.
+    """
+    full = os.path.abspath(path)
+    here = os.getcwd()
+    if full == here:
+        return "."
+    return os.path.relpath(full, here) if full.startswith(here + os.sep) else str(path)
+
+
 def command_line(argv: Optional[List[str]] = None) -> str:
-    """The command that is running, as a user would type it."""
-    argv = sys.argv if argv is None else argv
-    return " ".join(shlex.quote(a) for a in argv)
+    """The command that is running, as a user would type it (paths below the current folder
+    relative, an installed script by its name, a module run with ``-m`` as such)."""
+    argv = list(sys.argv if argv is None else argv)
+    if argv and argv[0].endswith(".py") and os.path.isabs(argv[0]):
+        shown = shown_path(argv[0])
+        argv[0] = ("python -m " + shown[:-3].replace(os.sep, ".")) if not os.path.isabs(shown) \
+            else "python " + shown
+        return " ".join([argv[0]] + [shlex.quote(_shown_arg(a)) for a in argv[1:]])
+    if argv and os.path.isabs(argv[0]):
+        argv[0] = os.path.basename(argv[0])
+    return " ".join(shlex.quote(_shown_arg(a)) for a in argv)
+
+
+def run_command(recipe: Optional[str], out: str) -> str:
+    """The ``compressor run`` command that made a run folder, as a user would type it."""
+    shown = shown_path(recipe) if recipe and os.path.isabs(recipe) else recipe
+    return f"compressor run {shlex.quote(str(shown))} --out {shlex.quote(shown_path(out))}"
+
+
+def _shown_arg(arg: str) -> str:
+    key, eq, value = arg.partition("=")
+    if eq and key.startswith("-") and os.path.isabs(value):
+        return f"{key}={shown_path(value)}"
+    return shown_path(arg) if os.path.isabs(arg) else arg
 
 
 def write_results(path: str, rows: Iterable[dict], command: Optional[str] = None,

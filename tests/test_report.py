@@ -126,3 +126,28 @@ def test_reads_the_fine_tuning_records_of_the_foundation(tmp_path):
     md = markdown(rows)
     glue = (rows[0]["value"] + rows[1]["value"]) / 2
     assert f"| minilm-l6-seed42 | {rows[1]['value']:.2f} | {rows[0]['value']:.2f} | {glue:.2f} (2) |" in md
+
+
+def test_commands_name_paths_as_typed_from_the_checkout(tmp_path, monkeypatch):
+    from compressor.results import command_line, run_command
+
+    monkeypatch.chdir(tmp_path)
+    script = str(tmp_path / ".venv" / "bin" / "compressor")
+    assert command_line([script, "run", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "runs" / "a"),
+                         "--data-dir=/elsewhere/glue"]) == \
+        "compressor run r.yaml --out runs/a --data-dir=/elsewhere/glue"
+    assert command_line([str(tmp_path / "bench" / "experiments" / "x.py"), "--n", "3"]) == \
+        "python -m bench.experiments.x --n 3"
+    assert run_command(str(tmp_path / "r.yaml"), "runs/b") == "compressor run r.yaml --out runs/b"
+
+
+def test_committed_results_name_no_path_of_the_machine_that_made_them():
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    here = os.path.abspath(root)
+    found = []
+    for folder, _, files in os.walk(os.path.join(root, "bench", "results")):
+        for name in files:
+            text = open(os.path.join(folder, name), errors="replace").read()
+            if here + os.sep in text or "/tmp/demo-clone" in text:
+                found.append(name)
+    assert found == []
