@@ -82,7 +82,7 @@ def _ort_files(spec: Spec) -> tuple:
 
 
 def _build_ort(spec: Spec, threads: Optional[int]) -> Runner:
-    from export.runtime import Predictor
+    from compressor.export.runtime import Predictor
 
     folder, model_file = _ort_files(spec)
     predictor = Predictor(folder, threads=threads, model_file=model_file)
@@ -92,7 +92,7 @@ def _build_ort(spec: Spec, threads: Optional[int]) -> Runner:
 def score(runner: Runner, task, dev, batch_size: int = 64) -> dict:
     """A variant's metrics on the labelled ``dev`` rows.
 
-    An ONNX graph is scored by ``export.onnx.score_onnx``, as the export and
+    An ONNX graph is scored by ``compressor.export.onnx.score_onnx``, as the export and
     quantize stages and ``eval`` score it (one sentence at a time, the same
     session options), so one graph has one score; a PyTorch model in batches
     of ``batch_size``.
@@ -100,7 +100,7 @@ def score(runner: Runner, task, dev, batch_size: int = 64) -> dict:
     from compressor.metrics import compute_metrics
 
     if runner.spec.engine == "onnxruntime":
-        from export.onnx import score_onnx
+        from compressor.export.onnx import score_onnx
 
         folder, model_file = _ort_files(runner.spec)
         return score_onnx(folder, dev, model_file=model_file)
@@ -351,7 +351,7 @@ def peak_memory(spec: Spec, texts: Sequence, threads: int) -> dict:
 
     payload = json.dumps({"spec": asdict(spec), "texts": list(texts[:16]), "threads": threads})
     try:
-        out = subprocess.run([sys.executable, "-m", "bench.memprobe"], input=payload, text=True,
+        out = subprocess.run([sys.executable, "-m", "compressor.bench.memprobe"], input=payload, text=True,
                              capture_output=True, timeout=600, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, ValueError, IndexError):

@@ -1,4 +1,4 @@
-"""Peak memory of one variant, measured in a fresh process (``python -m bench.memprobe``).
+"""Peak memory of one variant, measured in a fresh process (``python -m compressor.bench.memprobe``).
 
 Reads ``{"spec": {...}, "texts": [...], "threads": N}`` on stdin, builds the
 variant, runs each text at batch 1 and all of them as one batch, and prints

@@ -51,7 +51,7 @@ def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_P
     specs = []
     onnx_plain = os.path.join(work_dir, "ort-fp32")
     if any(p.startswith("ort") for p in peers) and not os.path.isfile(os.path.join(onnx_plain, "model.onnx")):
-        from export.onnx import export_onnx
+        from compressor.export.onnx import export_onnx
 
         # the plain export: no fusions of ours, no parity pass (the peers are scored anyway)
         export_onnx(teacher_dir, onnx_plain, optimize=False, parity=False)

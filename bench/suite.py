@@ -22,7 +22,7 @@ def specs_for(path: str, name: Optional[str] = None, engines: Sequence[str] = ("
     PyTorch engine and precision asked for."""
     from compressor.models import count_parameters, load_for_task, resolve_model, size_on_disk
 
-    from export.onnx import is_export, read_manifest
+    from compressor.export.onnx import is_export, read_manifest
 
     name = name or os.path.basename(os.path.normpath(path))
     if is_export(path):

@@ -148,7 +148,7 @@ def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, o
 def predict(model, input_, output, task, text_columns, batch_size, max_length, device, onnx):
     """Label every row of a file (a GLUE test split, or your own TSV/CSV/JSONL)."""
     if onnx:
-        from export.onnx import predict_file
+        from compressor.export.onnx import predict_file
 
         result = predict_file(model, input_, output, text_columns=text_columns)
         click.echo(f"{result['rows']} rows labelled: {result['output']}")
@@ -255,7 +255,7 @@ def _print_metrics(record):
 
 
 # Each method's package adds its own commands: a module here defines ``register(cli)``.
-_COMMAND_MODULES = ("compressor.distill.cli", "compressor.quantize.cli", "export.cli", "bench.cli")
+_COMMAND_MODULES = ("compressor.distill.cli", "compressor.quantize.cli", "compressor.export.cli", "compressor.bench.cli")
 
 
 def _add_commands():

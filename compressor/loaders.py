@@ -35,7 +35,7 @@ HOMES = {
     "hf": "compressor.models",
     "small": "compressor.distill.small",
     "torch-quantized": "compressor.quantize.torch_int8",
-    "onnx": "export.loader",
+    "onnx": "compressor.export.loader",
 }
 
 

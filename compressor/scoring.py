@@ -71,7 +71,7 @@ def _task_for(model_path: str, task: Optional[str]):
     """The task named, else the one the checkpoint says it was trained on (custom ones too)."""
     meta = read_meta(model_path) if os.path.isdir(model_path) else {}
     if not meta.get("task") and kind_of(model_path) == "onnx":  # an export written before its compressor.json
-        from export.onnx import read_manifest
+        from compressor.export.onnx import read_manifest
 
         manifest = read_manifest(model_path)
         meta = {k: manifest[k] for k in ("task", "task_spec", "max_length") if manifest.get(k)}

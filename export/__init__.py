@@ -3,15 +3,15 @@
 Public API:
 
 - ``export_onnx(model_dir, out_dir, task=None, opset=17, optimize=True, parity=True, ...)``
-  (``export.onnx``): a checkpoint to a folder with ``model.onnx`` (dynamic batch
+  (``compressor.export.onnx``): a checkpoint to a folder with ``model.onnx`` (dynamic batch
   and sequence axes), tokenizer files, ``config.json``, ``manifest.json`` and
   ``parity.json``. Returns the manifest.
 - ``read_manifest(folder)``, ``is_export(folder)``, ``optimize_graph(model_file, config)``,
   ``parity_check(...)``, ``score_onnx(folder, dataset)`` (the one scorer of ONNX graphs).
-- ``Predictor`` (``export.runtime``): classifies text from an export folder
+- ``Predictor`` (``compressor.export.runtime``): classifies text from an export folder
   with only onnxruntime, tokenizers and numpy.
 
-This module imports nothing heavy, so ``from export.runtime import Predictor``
+This module imports nothing heavy, so ``from compressor.export.runtime import Predictor``
 works where torch is not installed.
 """
 

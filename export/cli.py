@@ -25,7 +25,7 @@ def register(cli):
         """Export MODEL to ONNX: model.onnx, tokenizer, config, manifest.json, parity.json."""
         import os
 
-        from export.onnx import export_onnx
+        from compressor.export.onnx import export_onnx
 
         manifest = export_onnx(model, out, task=task, opset=opset, optimize=optimize, parity=parity,
                                data_dir=data_dir, parity_limit=parity_limit, exporter=exporter,

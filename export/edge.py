@@ -2,7 +2,8 @@
 
 ``build_runtime_env(dest)`` makes a Python virtual environment (no system
 site-packages) holding only the runtime's packages (onnxruntime, tokenizers,
-numpy, and what they import) plus ``export/runtime.py``. ``copy=True`` copies
+numpy, and what they import) plus ``compressor.export.runtime`` (and the package's
+``__init__`` and ``errors`` modules it passes through). ``copy=True`` copies
 the files, so the folder can be shipped to a box of the same platform; the
 default links them (quick, for checking that nothing needs torch).
 """
@@ -95,10 +96,16 @@ def build_runtime_env(dest: str, copy: bool = False, packages: Iterable[str] = R
                 (shutil.copytree if os.path.isdir(src) else shutil.copy2)(src, dst)
             else:
                 os.symlink(src, dst)
+    # the runtime and the two small modules it imports on the way, nothing else of the toolkit
     here = os.path.dirname(os.path.abspath(__file__))
-    os.makedirs(os.path.join(site, "export"), exist_ok=True)
+    import compressor
+
+    package = os.path.dirname(os.path.abspath(compressor.__file__))
+    os.makedirs(os.path.join(site, "compressor", "export"), exist_ok=True)
+    for f in ("__init__.py", "errors.py"):
+        shutil.copy2(os.path.join(package, f), os.path.join(site, "compressor", f))
     for f in ("__init__.py", "runtime.py"):
-        shutil.copy2(os.path.join(here, f), os.path.join(site, "export", f))
+        shutil.copy2(os.path.join(here, f), os.path.join(site, "compressor", "export", f))
     return python
 
 

@@ -116,7 +116,7 @@ def is_export(folder: str) -> bool:
 def load_graph(model_file: str, load_external_data: bool = True):
     """The ``onnx.ModelProto`` in ``model_file``: the one place ONNX files are read as graphs.
 
-    A truncated or corrupt file is one line naming it (``export.runtime.Predictor``
+    A truncated or corrupt file is one line naming it (``compressor.export.runtime.Predictor``
     does the same for the files that are run).
     """
     import onnx

@@ -3,13 +3,13 @@
 Nothing here imports torch or transformers, so an edge box needs only those
 three packages (and this file)::
 
-    from export.runtime import Predictor
+    from compressor.export.runtime import Predictor
     p = Predictor("runs/x/export")
     p.predict(["a gripping, funny film", "flat and lifeless"])   # ['1', '0']
 
 or from a shell, one text per line (a tab separates the two texts of a pair)::
 
-    python -m export.runtime runs/x/export < sentences.txt
+    python -m compressor.export.runtime runs/x/export < sentences.txt
 """
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ def _pad_id(folder: str, tokenizer: Tokenizer) -> int:
 def main(argv: Optional[list] = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m export.runtime",
+    parser = argparse.ArgumentParser(prog="python -m compressor.export.runtime",
                                      description="Label texts (one per line on stdin; TAB splits a pair).")
     parser.add_argument("folder", help="an ONNX export folder")
     parser.add_argument("--threads", type=int, default=None)

@@ -19,9 +19,9 @@ from compressor.quantize.qat import prepare_qat, quantized_linears, strip_qat
 from compressor.quantize.sensitivity import quantizable_units
 from compressor.train import TrainConfig, finetune
 from conftest import NEW_ARCHS, tiny_config
-from export import export_onnx
-from export.onnx import example_texts
-from export.runtime import Predictor
+from compressor.export import export_onnx
+from compressor.export.onnx import example_texts
+from compressor.export.runtime import Predictor
 
 QUICK = dict(epochs=1, batch_size=16, max_length=32, lr=1e-3, device="cpu")
 
@@ -133,8 +133,8 @@ def test_modernbert_layers_cut_for_a_student_reload_as_they_ran(tmp_path):
 
 @pytest.mark.parametrize("arch", NEW_ARCHS)
 def test_finetune_distil_export_quantize_bench(arch, bases, glue_dir, tmp_path):
-    from bench.harness import BenchConfig
-    from bench.suite import run_benchmark
+    from compressor.bench.harness import BenchConfig
+    from compressor.bench.suite import run_benchmark
 
     teacher, student = str(tmp_path / "teacher"), str(tmp_path / "student")
     record = finetune(bases[arch], "sst2", teacher, data_dir=glue_dir, train_limit=64, dev_limit=32,

@@ -34,7 +34,7 @@ def dev():
 
 
 def test_percentiles_and_interleaving():
-    from bench.harness import Runner, Spec, interleaved_latency, percentiles
+    from compressor.bench.harness import Runner, Spec, interleaved_latency, percentiles
 
     p = percentiles([0.001 * i for i in range(1, 101)])
     assert p["p50"] == pytest.approx(50.5) and p["p90"] == pytest.approx(90.1) and p["p99"] == pytest.approx(99.01)
@@ -51,7 +51,7 @@ def test_percentiles_and_interleaving():
 
 
 def test_peers_are_built_and_int8_is_smaller(teacher, tmp_path):
-    from bench.peers import peer_specs
+    from compressor.bench.peers import peer_specs
 
     specs = peer_specs(teacher, str(tmp_path / "peers"), ["pytorch-fp32", "pytorch-int8", "ort-fp32",
                                                           "ort-o2", "ort-o2-int8"], preset="avx2")
@@ -67,9 +67,9 @@ def test_peers_are_built_and_int8_is_smaller(teacher, tmp_path):
 
 
 def test_run_benchmark_measures_every_variant(teacher, dev, tmp_path):
-    from bench.harness import BenchConfig
-    from bench.suite import run_benchmark
-    from export.onnx import export_onnx
+    from compressor.bench.harness import BenchConfig
+    from compressor.bench.suite import run_benchmark
+    from compressor.export.onnx import export_onnx
 
     onnx_dir = str(tmp_path / "onnx")
     export_onnx(teacher, onnx_dir, parity=False)
@@ -179,7 +179,7 @@ stages:
 
 
 def test_inc_peer_quantises_and_still_classifies(teacher, dev):
-    from bench.harness import Spec, build
+    from compressor.bench.harness import Spec, build
 
     torch.set_num_threads(2)
     runner = build(Spec("inc-int8", teacher, "inc", "int8-static", extra={"data_dir": "embedded"}))

@@ -139,7 +139,7 @@ def test_help_loads_no_training_stack_and_prints_no_warnings():
 
 @pytest.mark.parametrize("module", ["compressor.train", "compressor.distill.distiller",
                                     "compressor.quantize.api", "compressor.quantize.inc",
-                                    "export.onnx", "bench.suite"])
+                                    "compressor.export.onnx", "compressor.bench.suite"])
 def test_importing_the_toolkit_prints_nothing(module):
     result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
                             text=True, timeout=120)

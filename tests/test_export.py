@@ -14,7 +14,7 @@ from compressor.data import get_task, load_split
 from compressor.errors import CompressorError
 from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
 from compressor.shapes import resize_layers
-from export import Predictor, export_onnx, read_manifest
+from compressor.export import Predictor, export_onnx, read_manifest
 
 SST2 = get_task("sst2")
 
@@ -133,11 +133,11 @@ def test_predictor_matches_pytorch(bert_export, checkpoints):
 
 
 def test_predictor_runs_in_an_environment_without_torch(bert_export, tmp_path):
-    from export.edge import build_runtime_env
+    from compressor.export.edge import build_runtime_env
 
     python = build_runtime_env(str(tmp_path / "env"))
     code = ("import importlib.util, json, sys\n"
-            "from export.runtime import Predictor\n"
+            "from compressor.export.runtime import Predictor\n"
             "p = Predictor(sys.argv[1])\n"
             "print(json.dumps({'torch': importlib.util.find_spec('torch') is not None,\n"
             "  'transformers': importlib.util.find_spec('transformers') is not None,\n"
@@ -148,7 +148,7 @@ def test_predictor_runs_in_an_environment_without_torch(bert_export, tmp_path):
     assert result["torch"] is False and result["transformers"] is False
     assert result["labels"] == Predictor(bert_export).predict(["a fine film", "a dull mess"])
     # and from a shell, one text per line
-    cli = subprocess.run([python, "-m", "export.runtime", bert_export], input="a fine film\n",
+    cli = subprocess.run([python, "-m", "compressor.export.runtime", bert_export], input="a fine film\n",
                          capture_output=True, text=True, cwd=str(tmp_path), check=True)
     assert cli.stdout.strip() in ("0", "1")
 

@@ -43,7 +43,7 @@ def checkpoint(tmp_path_factory, minilm_dir):
 
 @pytest.fixture(scope="module")
 def export_dir(tmp_path_factory, checkpoint):
-    from export import export_onnx
+    from compressor.export import export_onnx
 
     out = str(tmp_path_factory.mktemp("exp") / "bert")
     export_onnx(checkpoint, out, parity=False)
@@ -155,7 +155,7 @@ def test_truncated_onnx_is_one_line_naming_the_file(command, truncated, tmp_path
 def test_truncated_onnx_in_the_runtime_command(truncated, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = ROOT
-    res = subprocess.run([sys.executable, "-m", "export.runtime", truncated], input="a fine film\n",
+    res = subprocess.run([sys.executable, "-m", "compressor.export.runtime", truncated], input="a fine film\n",
                          capture_output=True, text=True, cwd=str(tmp_path), env=env)
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr, res.stderr

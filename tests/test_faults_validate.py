@@ -119,7 +119,7 @@ def sst2_checkpoint(tmp_path_factory, minilm_dir):
 
 @pytest.fixture(scope="module")
 def sst2_export(tmp_path_factory, sst2_checkpoint):
-    from export import export_onnx
+    from compressor.export import export_onnx
 
     out = str(tmp_path_factory.mktemp("exp") / "bert")
     export_onnx(sst2_checkpoint, out, optimize=False, parity=False)

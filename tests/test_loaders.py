@@ -217,7 +217,7 @@ def test_torchao_int8_round_trips(shaped, tokenizer, tmp_path):
 
 
 def test_an_onnx_export_loads_for_scoring_not_for_training(tokenizer, tmp_path):
-    from export import export_onnx
+    from compressor.export import export_onnx
 
     model = classifier("bert", tokenizer)
     resize_layers(model, heads=KEEP_HEADS, ffn=KEEP_FFN)
@@ -303,7 +303,7 @@ def folders(tmp_path_factory, tokenizer):
     from compressor.quantize import resolve_preset
     from compressor.quantize.torch_int8 import quantize_torchao, save_quantized
     from compressor.distill.small import build_small
-    from export import export_onnx
+    from compressor.export import export_onnx
 
     root = tmp_path_factory.mktemp("kinds")
     paths = {"hf": save(classifier("bert", tokenizer), tokenizer, root / "hf")}
@@ -338,7 +338,7 @@ def test_eval_and_predict_take_every_kind(kind, folders, tmp_path):
 
 def test_the_export_scores_as_its_source_does_and_as_score_onnx_does(folders, tmp_path):
     from compressor.data import load_split
-    from export.onnx import score_onnx
+    from compressor.export.onnx import score_onnx
 
     scores = {}
     for kind in ("per-layer", "onnx"):

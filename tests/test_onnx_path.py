@@ -1,4 +1,4 @@
-"""One ONNX path: every stage that runs a graph runs it through ``export.runtime.Predictor``,
+"""One ONNX path: every stage that runs a graph runs it through ``compressor.export.runtime.Predictor``,
 so one graph has one score wherever it is reported."""
 import ast
 import json
@@ -47,8 +47,8 @@ def test_the_quantize_stage_the_benchmark_and_score_onnx_give_one_score(teacher,
     from compressor.quantize import OrtMixedConfig, quantize
     from compressor.recipe import run_recipe
     from compressor.results import read_results
-    from export.onnx import example_texts, score_onnx
-    from export.runtime import Predictor
+    from compressor.export.onnx import example_texts, score_onnx
+    from compressor.export.runtime import Predictor
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text(f"""name: one-score
@@ -130,4 +130,4 @@ def test_only_the_predictor_makes_onnxruntime_sessions():
                 for line, cls in _uses(tree, "InferenceSession"):
                     if not (rel == os.path.join("export", "runtime.py") and cls == "Predictor"):
                         stray.append(f"{rel}:{line}")
-    assert stray == [], "onnxruntime sessions outside export.runtime.Predictor: " + ", ".join(stray)
+    assert stray == [], "onnxruntime sessions outside compressor.export.runtime.Predictor: " + ", ".join(stray)

@@ -16,8 +16,8 @@ from compressor.quantize import (IncDynamicConfig, IncStaticConfig, OrtAutoConfi
                                  TorchaoBF16Config, TorchaoDynamicConfig, load_quantized, quantize,
                                  quantize_config, resolve_preset)
 from compressor.scoring import predict_logits
-from export.onnx import example_texts
-from export.runtime import Predictor
+from compressor.export.onnx import example_texts
+from compressor.export.runtime import Predictor
 
 from conftest import tiny_config
 
@@ -31,7 +31,7 @@ def data(glue_dir):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, minilm_dir):
     """A tiny random BERT SST-2 classifier checkpoint and its ONNX export."""
-    from export import export_onnx
+    from compressor.export import export_onnx
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     torch.manual_seed(0)

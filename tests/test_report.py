@@ -36,7 +36,7 @@ def results_file(tmp_path):
 
 
 def test_pareto_frontier_and_speedups(results_file):
-    from bench.report import collect, variants
+    from compressor.bench.report import collect, variants
 
     view = variants(collect([results_file]))
     assert view["threads"] == 1
@@ -83,7 +83,7 @@ def test_json_prints_one_row_per_variant(results_file):
 
 
 def test_run_folder_without_bench_and_bad_paths(tmp_path, tiny_models):
-    from bench.report import collect, write_report_files
+    from compressor.bench.report import collect, write_report_files
 
     run = tmp_path / "run"
     (run / "00-teacher").mkdir(parents=True)
@@ -105,7 +105,7 @@ def test_run_folder_without_bench_and_bad_paths(tmp_path, tiny_models):
 
 
 def test_variants_scored_on_several_tasks_get_a_glue_column(tmp_path):
-    from bench.report import markdown
+    from compressor.bench.report import markdown
 
     rows = [row("student", "sst2", "accuracy", 88.0, 90.0), row("student", "mrpc", "f1+accuracy", 80.0, 84.0),
             row("teacher", "sst2", "accuracy", 90.0, 90.0), row("teacher", "mrpc", "f1+accuracy", 84.0, 84.0)]
@@ -115,7 +115,7 @@ def test_variants_scored_on_several_tasks_get_a_glue_column(tmp_path):
 
 
 def test_reads_the_fine_tuning_records_of_the_foundation(tmp_path):
-    from bench.report import collect, markdown
+    from compressor.bench.report import collect, markdown
 
     here = os.path.dirname(os.path.abspath(__file__))
     files = [os.path.join(here, "..", "bench", "results", f"finetune-minilm-l6-{t}-seed42.json")

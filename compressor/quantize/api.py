@@ -93,7 +93,7 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
 
 def _score_output(out: str, config: QuantizeConfig, dev_set, max_length: int) -> dict:
     if config.produces_onnx:  # as export, eval and bench score a graph: one graph, one score
-        from export.onnx import score_onnx
+        from compressor.export.onnx import score_onnx
 
         return score_onnx(out, dev_set, threads=config.threads)
     import torch
@@ -179,7 +179,7 @@ def ort_qat(job: QuantizeJob, config: OrtQATConfig) -> dict:
 def ort_static(job: QuantizeJob, config: OrtStaticConfig) -> dict:
     """Static INT8: activation ranges fixed from calibration on training rows."""
     def writer(src_folder, work, quant, info):
-        from export.runtime import Predictor
+        from compressor.export.runtime import Predictor
 
         from . import onnx_int8 as ox
 
@@ -229,7 +229,7 @@ def ort_auto(job: QuantizeJob, config: OrtAutoConfig) -> dict:
 
 def _search(src_folder, work, config, preset, train_set, dev_set) -> tuple:
     """Mixed precision (``mixed``) or the fastest configuration within the tolerance (``auto``)."""
-    from export.runtime import Predictor
+    from compressor.export.runtime import Predictor
 
     from . import onnx_int8 as ox
     from . import sensitivity as sens

@@ -61,7 +61,7 @@ def ensure_export(model_dir: str, work_dir: str) -> str:
     if is_export_folder(model_dir):
         return model_dir
     try:
-        from export import export_onnx
+        from compressor.export import export_onnx
     except ImportError:
         raise CompressorError(f"{model_dir} is a PyTorch checkpoint and this install has no "
                               "ONNX exporter (export.export_onnx); export it first") from None
@@ -119,7 +119,7 @@ def _model_proto(path: str, optimize: bool):
     import onnx.helper
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-    from export.onnx import load_graph
+    from compressor.export.onnx import load_graph
 
     model = load_graph(path)
     if optimize:
@@ -167,8 +167,8 @@ class _Reader:
 
 def calibration_feeds(predictor, examples: Sequence, samples: int, seed: int = 0) -> List[Dict[str, np.ndarray]]:
     """Model inputs for ``samples`` rows drawn at random, one sentence each, as ``predictor``
-    (an ``export.runtime.Predictor``) encodes them when the graph is deployed and scored."""
-    from export.onnx import example_texts
+    (an ``compressor.export.runtime.Predictor``) encodes them when the graph is deployed and scored."""
+    from compressor.export.onnx import example_texts
 
     rows = list(examples)
     if not rows:
@@ -243,7 +243,7 @@ def convert_fp16_onnx(src: str, dst: str) -> None:
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    from export.onnx import load_graph
+    from compressor.export.onnx import load_graph
 
     model = convert_float_to_float16(load_graph(src), keep_io_types=True)
     onnx.save(model, dst)
@@ -253,7 +253,7 @@ def count_weights(path: str) -> int:
     """Elements of the graph's floating-point initializers: the model's parameters."""
     import onnx
 
-    from export.onnx import load_graph
+    from compressor.export.onnx import load_graph
 
     model = load_graph(path, load_external_data=False)
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)

@@ -8,7 +8,7 @@ sensitive down until the drop against FP32 is within ``max_drop``.
 ``accuracy_aware`` tries configurations from the fastest down (static and
 dynamic INT8 of everything, then mixed ones) and keeps the fastest that
 meets the tolerance, recording every try. Every score and timing runs the
-graph through ``export.runtime.Predictor`` with the source folder's tokenizer,
+graph through ``compressor.export.runtime.Predictor`` with the source folder's tokenizer,
 as the quantize stage, ``eval`` and the benchmark do.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ _LAYER = re.compile(r"(?:%s)[._/](\d+)" % "|".join(
 
 def quantizable_units(onnx_path: str, granularity: str = "matrix") -> "OrderedDict[str, List[str]]":
     """Unit name -> ONNX node names; a unit is one weight matrix or one encoder layer."""
-    from export.onnx import load_graph
+    from compressor.export.onnx import load_graph
 
     if granularity not in ("matrix", "layer"):
         raise CompressorError(f"granularity must be matrix or layer, got {granularity!r}")
@@ -100,7 +100,7 @@ def measure_sensitivity(folder: str, dev_set, preset, work_dir: str, granularity
 
 def dev_score(folder: str, dev_set, model_file: Optional[str] = None, threads: Optional[int] = None) -> float:
     """The task score of the export ``folder``'s graph, or of ``model_file`` with its tokenizer."""
-    from export.onnx import score_onnx
+    from compressor.export.onnx import score_onnx
 
     from ..metrics import task_score
 
@@ -169,7 +169,7 @@ def mixed_precision(folder: str, out_path: str, report: dict, dev_set, preset, m
 
 def latency_ms(folder: str, path: str, feeds: Sequence[dict], threads: int = 1, repeats: int = 1) -> float:
     """Median batch-1 latency of one ONNX file over ``feeds`` (a quick ranking, not the benchmark)."""
-    from export.runtime import Predictor
+    from compressor.export.runtime import Predictor
 
     predictor = Predictor(folder, threads=threads, model_file=path)
     for feed in feeds[:5]:

@@ -33,7 +33,7 @@ STAGES: Dict[str, StageType] = {}
 
 # Each method's package registers its stages in its own module, listed here.
 _STAGE_MODULES = ("compressor.recipe.builtin", "compressor.distill.stage",
-                  "compressor.quantize.stage", "export.stage", "bench.stage")
+                  "compressor.quantize.stage", "compressor.export.stage", "compressor.bench.stage")
 _loaded = False
 
 

@@ -1,10 +1,10 @@
 """Distil SST-2 teachers into smaller students and record teacher, students and retention.
 
 Each experiment writes bench/results/distill-<experiment>.json (compressor-results/1):
-    python -m bench.distill_sst2 --teacher runs/teachers/minilm-l6-sst2 --data-dir $GLUE_DIR \
+    python -m bench.experiments.distill_sst2 --teacher runs/teachers/minilm-l6-sst2 --data-dir $GLUE_DIR \
         --device cuda 3L 2L tinybert-4L312 bilstm
-    python -m bench.distill_sst2 --data-dir $GLUE_DIR --device cuda --mpnet <MPNet folder> mpnet-teacher
-    python -m bench.distill_sst2 --data-dir $GLUE_DIR --device cuda --minilm <MiniLM folder> mpnet-minilm
+    python -m bench.experiments.distill_sst2 --data-dir $GLUE_DIR --device cuda --mpnet <MPNet folder> mpnet-teacher
+    python -m bench.experiments.distill_sst2 --data-dir $GLUE_DIR --device cuda --minilm <MiniLM folder> mpnet-minilm
 The students are checkpoints under --work; every row holds the full training record.
 """
 from __future__ import annotations
@@ -100,7 +100,7 @@ def main(argv=None):
     parser.add_argument("experiments", nargs="+",
                         choices=list(EXPERIMENTS) + ["mpnet-teacher", "mpnet-minilm"])
     args = parser.parse_args(argv)
-    command = "python -m bench.distill_sst2 " + " ".join(
+    command = "python -m bench.experiments.distill_sst2 " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     mpnet_teacher = os.path.join(args.work, "mpnet-sst2")
     for experiment in args.experiments:

@@ -1,10 +1,10 @@
 """Install footprint and resident memory of the torch-free runtime beside the PyTorch path.
 
-    python -m bench.footprint EXPORT_FOLDER CHECKPOINT --out bench/results/runtime-footprint.json
+    python -m bench.experiments.footprint EXPORT_FOLDER CHECKPOINT --out bench/results/runtime-footprint.json
 
 Each path runs in a fresh process that loads the model and labels one
 sentence: the ONNX ``Predictor`` inside an environment holding only
-onnxruntime, tokenizers and numpy (``export.edge``), the PyTorch path in this
+onnxruntime, tokenizers and numpy (``compressor.export.edge``), the PyTorch path in this
 environment through ``compressor.models.load_for_task``.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ def peak():
 t = time.perf_counter()
 """
 
-ONNX_SNIPPET = _PREAMBLE + """from export.runtime import Predictor
+ONNX_SNIPPET = _PREAMBLE + """from compressor.export.runtime import Predictor
 p = Predictor(sys.argv[1], threads=1)
 label = p.predict(["a gripping, funny and touching film"])[0]
 import importlib.util
@@ -52,8 +52,8 @@ print(json.dumps({"label": label, "cold_start_s": time.perf_counter() - t,
 def measure(export_dir: str, checkpoint: str) -> list:
     from compressor.models import count_parameters, load_for_task, size_on_disk
     from compressor.results import row
-    from export.edge import RUNTIME_PACKAGES, build_runtime_env, distribution_closure, install_bytes
-    from export.onnx import read_manifest
+    from compressor.export.edge import RUNTIME_PACKAGES, build_runtime_env, distribution_closure, install_bytes
+    from compressor.export.onnx import read_manifest
 
     manifest = read_manifest(export_dir)
     params = count_parameters(load_for_task(checkpoint)[0])
@@ -87,13 +87,13 @@ def measure(export_dir: str, checkpoint: str) -> list:
 def main(argv=None) -> None:
     from compressor.results import command_line, write_results
 
-    parser = argparse.ArgumentParser(prog="python -m bench.footprint")
+    parser = argparse.ArgumentParser(prog="python -m bench.experiments.footprint")
     parser.add_argument("export_dir")
     parser.add_argument("checkpoint")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     rows = measure(args.export_dir, args.checkpoint)
-    write_results(args.out, rows, command=command_line(["python", "-m", "bench.footprint"] + (argv or sys.argv[1:])))
+    write_results(args.out, rows, command=command_line(["python", "-m", "bench.experiments.footprint"] + (argv or sys.argv[1:])))
     for r in rows:
         e = r["extra"]
         print(f"{r['name']:<16} install {e['install_bytes'] / 1e6:7.1f} MB  peak RSS {e['peak_rss_mb']:7.1f} MB  "

@@ -2,7 +2,7 @@
 # How the demo's teacher budget was chosen: MiniLM-L6 on SST-2 for one CPU-sized
 # budget of steps, three seeds each. Dev accuracy every 50 steps is printed.
 # Made bench/results/demo-teacher-sweep.log on the GPU machine (device tool, H200):
-#   M=<MiniLM folder> GLUE_DIR=<glue> bash bench/demo_teacher_sweep.sh > demo-teacher-sweep.log
+#   M=<MiniLM folder> GLUE_DIR=<glue> bash bench/experiments/demo_teacher_sweep.sh > demo-teacher-sweep.log
 #   A: 8,000 packaged rows, 2 epochs, lr 1e-4     B: same, lr 5e-5
 #   C: 8,000 rows, 1 epoch, batch 16, lr 5e-5     D: first 16,000 GLUE rows, 1 epoch, lr 1e-4
 # (A-C ran on the earlier 8,000-row packaged slice; the slice now holds 16,000 rows.)

@@ -1,7 +1,7 @@
 """Fine-tune a base encoder on each GLUE task at hand and record its dev scores.
 
 Made bench/results/finetune-minilm-l6-*-seedN.json (GPU machine, see bench/README.md):
-    python -m bench.finetune_glue --model minilm-l6 --data-dir $GLUE_DIR --seed N --device cuda
+    python -m bench.experiments.finetune_glue --model minilm-l6 --data-dir $GLUE_DIR --seed N --device cuda
 Each result holds the command, the settings and the full metrics record.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("tasks", nargs="*", default=list(SETTINGS))
     args = parser.parse_args(argv)
-    command = "python -m bench.finetune_glue " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python -m bench.experiments.finetune_glue " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     for task in args.tasks:
         config = TrainConfig(**SETTINGS[task], seed=args.seed, device=args.device)
         start = time.time()

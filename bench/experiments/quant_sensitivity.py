@@ -4,7 +4,7 @@ Runs ``compressor quantize --method auto`` (reusing ``--work`` when it already
 holds a finished run) and writes its tries as ``compressor.results`` rows, plus
 the table and plot beside the JSON.
 
-    flock /tmp/compressor-cpu.lock python -m bench.quant_sensitivity --export runs/quant/teacher-onnx \
+    flock /tmp/compressor-cpu.lock python -m bench.experiments.quant_sensitivity --export runs/quant/teacher-onnx \
         --data-dir $GLUE_DIR --out bench/results/quant-sensitivity-minilm-l6-sst2.json
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 # FP32/FP16/BF16, eager and torch.compile (reduce-overhead: CUDA graphs), batch 1 over
 # 300 real dev sentences plus throughput at batch 32 and 128 (8 batches each); every
 # variant first runs each timed input once (kernel selection and CUDA graphs are per shape).
-#   bash bench/gpu_teacher.sh TEACHER_FP16_FOLDER GLUE_DIR OUT_DIR
+#   bash bench/experiments/gpu_teacher.sh TEACHER_FP16_FOLDER GLUE_DIR OUT_DIR
 # The teacher travels as FP16 weights (a call carries 64 MiB) and is widened back to FP32 here.
 set -euo pipefail
 SRC=$1; GLUE=$2; OUT=$3

@@ -5,7 +5,7 @@ built under ``--work``), scores each on the full SST-2 dev set, then times
 them all in this one process at batch 1 over real dev sentences (no padding),
 interleaved, with ``--threads`` threads. Writes ``compressor.results`` JSON.
 
-    flock /tmp/compressor-cpu.lock python -m bench.quant_sst2 \
+    flock /tmp/compressor-cpu.lock python -m bench.experiments.quant_sst2 \
         --teacher runs/teachers/minilm-l6-sst2 --data-dir $GLUE_DIR \
         --qat-parts /path/to/gpu/output --out bench/results/quant-sst2-cpu.json
 """
@@ -28,7 +28,7 @@ def build_variants(teacher, work, data_dir, qat_parts, only=None):
     """name -> (folder, description); every folder made by compressor.quantize."""
     from compressor.data import load_split
     from compressor.quantize import quantize, quantize_config
-    from export import export_onnx
+    from compressor.export import export_onnx
 
     train = load_split("sst2", "train", data_dir=data_dir)
     dev = load_split("sst2", "dev", data_dir=data_dir)
@@ -69,7 +69,7 @@ def build_variants(teacher, work, data_dir, qat_parts, only=None):
 
 
 def _join_qat(teacher, parts_dir, name, work):
-    """The QAT-trained checkpoint from the GPU run's fp16 parts (see bench/quant_qat_gpu.py)."""
+    """The QAT-trained checkpoint from the GPU run's fp16 parts (see bench/experiments/quant_qat_gpu.py)."""
     import torch
     from safetensors.torch import load
 
@@ -90,7 +90,7 @@ def torch_runner(name, folder):
     """A harness Runner for a torch-quantized folder."""
     import torch
 
-    from bench.harness import Runner, Spec
+    from compressor.bench.harness import Runner, Spec
     from compressor.batches import collate, encode
     from compressor.data import Example
     from compressor.models import read_meta, size_on_disk
@@ -128,8 +128,8 @@ def main():
 
     import torch
 
-    from bench.harness import Spec, build, fingerprint, interleaved_latency, percentiles, sample_texts, score
-    from bench.peers import peer_specs
+    from compressor.bench.harness import Spec, build, fingerprint, interleaved_latency, percentiles, sample_texts, score
+    from compressor.bench.peers import peer_specs
     from compressor.data import load_split
     from compressor.metrics import task_score
     from compressor.models import count_parameters, load_for_task

@@ -1,6 +1,6 @@
 """Print the fine-tuning results in bench/results as a markdown table (mean over seeds).
 
-    python -m bench.summarize_finetune [bench/results]
+    python -m bench.experiments.summarize_finetune [bench/results]
 """
 import glob
 import json

@@ -1,10 +1,10 @@
 """Write a recipe run's stages (scores, sizes, wall times) and bench rows as one results file.
 
-    python -m bench.record_stages RUN_DIR OUT.json
+    python -m bench.experiments.record_stages RUN_DIR OUT.json
 """
 import sys
 
-from bench.report import collect
+from compressor.bench.report import collect
 from compressor.io import read_json
 from compressor.results import command_line, run_command, write_results
 
