@@ -45,8 +45,6 @@ def collect(paths: Sequence[str]) -> List[dict]:
 
 def _file_rows(path: str) -> List[dict]:
     doc = read_json(path)
-    if isinstance(doc, dict) and isinstance(doc.get("record"), dict) and doc.get("task"):
-        return [_record_row(doc)]
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CompressorError(f"{path}: not a results file (format {FORMAT})")
     out = []
@@ -57,17 +55,6 @@ def _file_rows(path: str) -> List[dict]:
         r.setdefault("fingerprint", doc.get("fingerprint"))
         out.append(r)
     return out
-
-
-def _record_row(doc: dict) -> dict:
-    """A row from the fine-tuning records written before the results format
-    (``{"name", "task", "command", "record"}``); the task leaves the name, so one
-    model's tasks line up in the per-task table."""
-    record, task = doc["record"], doc["task"]
-    name = doc.get("name", task).replace(f"-{task}", "")
-    return row(name, task, "+".join((record.get("metrics") or {}).keys()) or "score", record.get("score"),
-               None, parameters=record.get("parameters"), size_bytes=record.get("size_bytes"),
-               command=doc.get("command"), extra={"metrics": record.get("metrics")})
 
 
 def _run_rows(folder: str) -> List[dict]:

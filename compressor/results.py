@@ -36,6 +36,15 @@ def row(name: str, task: str, metric: str, value: Optional[float], teacher_value
             "retention": retention, "parameters": parameters, "size_bytes": size_bytes, **measured}
 
 
+def training_row(name: str, task: str, record: dict, **measured) -> dict:
+    """The row of a fine-tuning or distillation record (``metrics.json``): its dev score,
+    size and the whole record under ``extra``."""
+    metrics = record.get("metrics") or {}
+    return row(name, task, "+".join(metrics) or "score", record.get("score"), None,
+               parameters=record.get("parameters"), size_bytes=record.get("size_bytes"),
+               extra={"metrics": metrics, "record": record}, **measured)
+
+
 def fingerprint() -> dict:
     """What machine and software produced a result (the benchmark code may add more)."""
     info = {"python": platform.python_version(), "platform": platform.platform(),

@@ -114,18 +114,27 @@ def test_variants_scored_on_several_tasks_get_a_glue_column(tmp_path):
     assert "| student | 80.00 | 88.00 | 84.00 (2) |" in md and "| teacher | 84.00 | 90.00 | 87.00 (2) |" in md
 
 
-def test_reads_the_fine_tuning_records_of_the_foundation(tmp_path):
-    from compressor.bench.report import collect, markdown
+def test_every_committed_result_is_one_results_format_and_renders(tmp_path):
+    from compressor.bench.report import collect, markdown, write_report_files
+    from compressor.results import FORMAT
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    files = [os.path.join(here, "..", "bench", "results", f"finetune-minilm-l6-{t}-seed42.json")
-             for t in ("sst2", "mrpc")]
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "results")
+    files = sorted(os.path.join(here, f) for f in os.listdir(here)
+                   if f.endswith(".json") and not f.endswith("-manifest.json"))
+    assert len(files) >= 30
+    for f in files:
+        assert json.load(open(f)).get("format") == FORMAT, f
     rows = collect(files)
-    assert [(r["name"], r["task"]) for r in rows] == [("minilm-l6-seed42", "sst2"), ("minilm-l6-seed42", "mrpc")]
-    assert rows[1]["metric"] == "f1+accuracy" and rows[0]["command"].startswith("PYTHONPATH")
-    md = markdown(rows)
-    glue = (rows[0]["value"] + rows[1]["value"]) / 2
-    assert f"| minilm-l6-seed42 | {rows[1]['value']:.2f} | {rows[0]['value']:.2f} | {glue:.2f} (2) |" in md
+    write_report_files(files, str(tmp_path), title="committed", rows=rows)
+    assert (tmp_path / "report.md").exists() and (tmp_path / "report.png").exists()
+    # the fine-tuning rows line one model's tasks up in the per-task table
+    tasks = [r for r in collect([os.path.join(here, f"finetune-minilm-l6-{t}-seed42.json")
+                                 for t in ("sst2", "mrpc")])]
+    assert [(r["name"], r["task"]) for r in tasks] == [("minilm-l6-seed42", "sst2"), ("minilm-l6-seed42", "mrpc")]
+    assert tasks[1]["metric"] == "f1+accuracy"
+    glue = (tasks[0]["value"] + tasks[1]["value"]) / 2
+    assert f"| minilm-l6-seed42 | {tasks[1]['value']:.2f} | {tasks[0]['value']:.2f} | {glue:.2f} (2) |" \
+        in markdown(tasks)
 
 
 def test_commands_name_paths_as_typed_from_the_checkout(tmp_path, monkeypatch):

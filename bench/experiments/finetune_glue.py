@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from compressor.io import write_json
+from compressor.results import training_row, write_results
 from compressor.train import TrainConfig, finetune
 
 # The plain Hugging Face reference loop: lr 5e-5, batch 32, linear decay without warm-up
@@ -46,10 +46,9 @@ def main(argv=None):
         record = finetune(args.model, task, os.path.join(args.work, f"{task}-seed{args.seed}"),
                           data_dir=args.data_dir,
                           config=config, overwrite=True)
-        name = f"{args.name}-{task}-seed{args.seed}"
-        result = {"name": name, "task": task, "command": command,
-                  "settings": asdict(config), "record": record}
-        write_json(os.path.join(args.results, f"finetune-{name}.json"), result)
+        name = f"{args.name}-seed{args.seed}"  # the task is the row's own column
+        write_results(os.path.join(args.results, f"finetune-{args.name}-{task}-seed{args.seed}.json"),
+                      [training_row(name, task, record)], command=command, settings=asdict(config))
         print(f"{task}: {record['metrics']} score {record['score']:.2f} "
               f"({time.time() - start:.0f} s)", flush=True)
 

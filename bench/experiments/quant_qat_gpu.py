@@ -6,7 +6,6 @@ trained weights of each variant as fp16 safetensors split into <16 MB parts
 quantises for real (ONNX Runtime dynamic INT8, same preset) and scores.
 """
 import argparse
-import json
 import os
 import time
 
@@ -16,6 +15,7 @@ from safetensors.torch import save
 from compressor.data import load_split
 from compressor.quantize.presets import resolve_preset
 from compressor.quantize.qat import qat_train
+from compressor.results import command_line, row, write_results
 from compressor.train import TrainConfig
 
 PART = 15 * 2 ** 20
@@ -59,8 +59,16 @@ def main():
                 f.write(blob[i:i + PART])
     results["versions"] = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)
                            if torch.cuda.is_available() else None}
-    with open(os.path.join(args.out, "quant-qat-gpu.json"), "w") as f:
-        json.dump(results, f, indent=2, default=str)
+    write_results(os.path.join(args.out, "quant-qat-gpu.json"), qat_rows(results),
+                  command=command_line(), preset=results["preset"], train_rows=results["train_rows"],
+                  dev_rows=results["dev_rows"])
+
+
+def qat_rows(results: dict) -> list:
+    """One row per QAT run (the fake-quantised model's best dev score; the run under ``extra``)."""
+    return [row(name, "sst2", "accuracy", run["best"]["score"], None,
+                extra={"run": run, "versions": results.get("versions")})
+            for name, run in results["runs"].items()]
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ def main(folder: str = "bench/results") -> None:
     runs = {}
     for path in sorted(glob.glob(os.path.join(folder, "finetune-*-seed*.json"))):
         with open(path) as f:
-            result = json.load(f)
-        runs.setdefault(result["task"], []).append(result["record"])
+            for row in json.load(f)["rows"]:  # compressor-results/1: the record is the row's extra
+                runs.setdefault(row["task"], []).append(row["extra"]["record"])
     print("| task | metric(s) | seeds | per seed | mean score |")
     print("|---|---|---|---|---:|")
     for task, records in runs.items():
