@@ -110,16 +110,15 @@ def _accelerator(config: TrainConfig, device: torch.device):
 
 
 def _local_rows(batch: dict, world: int):
-    """This rank's rows of a global batch, trimmed to their own longest row, and the weight
-    that makes the ranks' averaged gradients those of the whole batch."""
+    """This rank's rows of a global batch and the weight that makes the ranks' averaged
+    gradients those of the whole batch. Every rank keeps the batch's padded width: ranks
+    that wait for the slowest at each gradient exchange should all take equally long."""
     rows = len(batch["input_ids"])
     mine = distributed.shard(range(rows))
     weight = world * len(mine) / rows
     if not len(mine):   # fewer rows than ranks: run one row that counts for nothing
         mine, weight = range(1), 0.0
-    local = {k: v[mine.start:mine.stop] for k, v in batch.items()}
-    width = int(local["attention_mask"].sum(-1).max())
-    return {k: v[:, :width] if v.dim() == 2 else v for k, v in local.items()}, weight
+    return {k: v[mine.start:mine.stop] for k, v in batch.items()}, weight
 
 
 def _freeze_unused(model, loss_fn, accelerator, batch: dict, device) -> list:
