@@ -3,10 +3,10 @@
 # fine-tune the MPNet-base SST-2 teacher on one GPU, then distil a 6-layer student (every
 # other teacher layer, soft targets, teacher run on every batch) with 1 GPU and with 2 GPUs
 # at the same global batch, and compare training throughput and dev accuracy.
-#   bash bench/distill_ddp.sh MPNET_FOLDER GLUE_DIR OUT_DIR [BATCHES] [EPOCHS]
+#   bash bench/experiments/distill_ddp.sh MPNET_FOLDER GLUE_DIR OUT_DIR [BATCHES] [EPOCHS]
 # MPNET_FOLDER holds the base encoder (fp16 weights are widened to fp32 first, as they
 # travel at half size); BATCHES is a comma list of global batch sizes (default 256).
-# Writes OUT_DIR/distill-ddp-mpnet.json (bench/distill_ddp_summary.py).
+# Writes OUT_DIR/distill-ddp-mpnet.json (bench.experiments.distill_ddp_summary).
 set -euo pipefail
 SRC=$1; GLUE=$2; OUT=$3; BATCHES=${4:-256}; EPOCHS=${5:-3}
 # NVLink multicast stays off in every process (the GPU machines' rule); --nproc sets it too
@@ -39,4 +39,4 @@ for batch in ${BATCHES//,/ }; do
       --max-length 128 --precision bf16 --device "$DEVICE" --overwrite --nproc "$n" $LIMITS
   done
 done
-python3 bench/distill_ddp_summary.py "$WORK" "$OUT"
+python3 -m bench.experiments.distill_ddp_summary "$WORK" "$OUT"

@@ -2,7 +2,7 @@
 a randomly initialised MPNet-base teacher and its 6-layer student on SST-2 rows (timing
 does not depend on the weights). Run under torchrun, one process per GPU:
 
-    torchrun --nproc-per-node N bench/ddp_probe.py TOKENIZER GLUE_DIR BATCH STEPS [--profile]
+    PYTHONPATH=. torchrun --nproc-per-node N bench/experiments/ddp_probe.py TOKENIZER GLUE_DIR BATCH STEPS [--profile]
 
 Prints the all-reduce bandwidth of a gradient-sized tensor (N > 1), the training
 throughput of ``fit``, and with ``--profile`` the GPU kernels that took longest.
