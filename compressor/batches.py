@@ -27,8 +27,10 @@ def encode(tokenizer, examples: Sequence, max_length: int, config) -> List[Dict]
     return items
 
 
-def collate(items: Sequence[Dict], pad_id: int, regression: bool) -> Dict[str, torch.Tensor]:
-    width = max(len(it["input_ids"]) for it in items)
+def collate(items: Sequence[Dict], pad_id: int, regression: bool,
+            width: Optional[int] = None) -> Dict[str, torch.Tensor]:
+    """Pad ``items`` to their longest row, or to ``width`` (a global batch's, for one rank's share)."""
+    width = width or max(len(it["input_ids"]) for it in items)
     ids = torch.full((len(items), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(items), width), dtype=torch.long)
     types = torch.zeros((len(items), width), dtype=torch.long) if "token_type_ids" in items[0] else None
@@ -48,11 +50,15 @@ def collate(items: Sequence[Dict], pad_id: int, regression: bool) -> Dict[str, t
 
 
 def iter_batches(items: Sequence[Dict], batch_size: int, pad_id: int, regression: bool,
-                 generator: Optional[torch.Generator] = None) -> Iterator[Dict[str, torch.Tensor]]:
+                 generator: Optional[torch.Generator] = None,
+                 rows: Optional[slice] = None) -> Iterator[Dict[str, torch.Tensor]]:
     """Shuffled batches when a generator is given; otherwise length-sorted ones.
 
     Length-sorted batches waste no compute on padding; ``order`` in each batch
     says where its rows belong so predictions can be put back in input order.
+    ``rows`` (a function of the batch's row count giving a ``range``) keeps only those
+    rows of each batch, padded to the whole batch's width: one rank's share of a global
+    batch, collated without the other ranks' rows.
     """
     if generator is not None:
         order = torch.randperm(len(items), generator=generator).tolist()
@@ -60,8 +66,12 @@ def iter_batches(items: Sequence[Dict], batch_size: int, pad_id: int, regression
         order = sorted(range(len(items)), key=lambda i: len(items[i]["input_ids"]))
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        batch = collate([items[i] for i in idx], pad_id, regression)
-        batch["order"] = torch.tensor(idx)
+        width = max(len(items[i]["input_ids"]) for i in idx)
+        mine = idx if rows is None else [idx[r] for r in rows(len(idx))]
+        batch = collate([items[i] for i in mine], pad_id, regression, width)
+        batch["order"] = torch.tensor(mine)
+        if rows is not None:
+            batch["global_rows"] = len(idx)
         yield batch
 
 
@@ -69,5 +79,5 @@ def to_device(batch: Dict[str, torch.Tensor], device) -> Dict[str, torch.Tensor]
     if torch.device(device).type == "cuda":
         # from pinned memory the copy is queued behind the GPU's work instead of waiting for it
         return {k: v.pin_memory().to(device, non_blocking=True)
-                for k, v in batch.items() if k != "order"}
-    return {k: v.to(device) for k, v in batch.items() if k != "order"}
+                for k, v in batch.items() if k not in ("order", "global_rows")}
+    return {k: v.to(device) for k, v in batch.items() if k not in ("order", "global_rows")}

@@ -109,16 +109,27 @@ def _accelerator(config: TrainConfig, device: torch.device):
                        gradient_accumulation_steps=config.grad_accum, device_placement=False)
 
 
-def _local_rows(batch: dict, world: int):
-    """This rank's rows of a global batch and the weight that makes the ranks' averaged
-    gradients those of the whole batch. Every rank keeps the batch's padded width: ranks
-    that wait for the slowest at each gradient exchange should all take equally long."""
-    rows = len(batch["input_ids"])
+def _my_rows(rows: int) -> range:
+    """This rank's rows of a global batch of ``rows`` (one that counts for nothing when there
+    are fewer rows than ranks: every rank must take part in each gradient exchange)."""
     mine = distributed.shard(range(rows))
-    weight = world * len(mine) / rows
-    if not len(mine):   # fewer rows than ranks: run one row that counts for nothing
-        mine, weight = range(1), 0.0
-    return {k: v[mine.start:mine.stop] for k, v in batch.items()}, weight
+    return mine if len(mine) else range(1)
+
+
+def _rank_weight(batch: dict, world: int) -> float:
+    """The weight that makes the ranks' averaged gradients those of the whole global batch."""
+    mine = len(distributed.shard(range(batch["global_rows"])))
+    return world * mine / batch["global_rows"]
+
+
+def _local_rows(batch: dict, world: int):
+    """This rank's rows of a collated global batch and their weight. Every rank keeps the
+    batch's padded width: ranks that wait for the slowest at each gradient exchange should
+    all take equally long."""
+    rows = len(batch["input_ids"])
+    mine = _my_rows(rows)
+    local = {k: v[mine.start:mine.stop] for k, v in batch.items()}
+    return local, _rank_weight({"global_rows": rows}, world)
 
 
 def _freeze_unused(model, loss_fn, accelerator, batch: dict, device) -> list:
@@ -218,11 +229,13 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
     while state.step < total_steps and not state.stop:
         state.epoch += 1
         _each(callbacks, "on_epoch_begin", state)
-        for batch in iter_batches(items, config.batch_size, pad_id, task.is_regression, generator):
+        # with several processes each collates only its own rows of the global batch
+        for batch in iter_batches(items, config.batch_size, pad_id, task.is_regression, generator,
+                                  rows=_my_rows if world > 1 else None):
             if micro % config.grad_accum == 0:
                 _each(callbacks, "on_step_begin", state)
-            rows_seen += len(batch["input_ids"])
-            local, weight = _local_rows(batch, world) if world > 1 else (batch, 1.0)
+            rows_seen += batch.get("global_rows", len(batch["input_ids"]))
+            local, weight = (batch, _rank_weight(batch, world)) if world > 1 else (batch, 1.0)
             with accelerator.accumulate(wrapped):
                 with accelerator.autocast():
                     loss = loss_fn(wrapped, to_device(local, device))
