@@ -21,6 +21,7 @@ import numpy as np
 
 from compressor.errors import CompressorError
 from compressor.quantize.presets import cpu_flags, detect_preset
+from compressor.results import shown_path
 
 PT_ENGINES = ("pytorch", "pytorch-compile")
 ENGINES = PT_ENGINES + ("onnxruntime",)
@@ -457,7 +458,7 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
         for (name, threads, bs), measured in results.items():
             if name != s.name:
                 continue
-            extra = {"group": s.group, "precision": s.precision, "source": s.source, "path": s.path,
+            extra = {"group": s.group, "precision": s.precision, "source": s.source, "path": shown_path(s.path) if s.path else s.path,
                      "metrics": sc.get("metrics"), **s.extra}
             extra.update(memory.get(s.name) or {})
             rows.append(row(s.name, task.name, "+".join(task.metrics), sc.get("score"), teacher_value,

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence
 
 from compressor.errors import CompressorError
 from compressor.io import read_json, write_bytes, write_text
-from compressor.results import FORMAT, row, run_command
+from compressor.results import FORMAT, row, run_command, shown_path
 
 RESULTS_NAME = "results.json"
 GROUP_COLOURS = {"teacher": "#d62728", "ours": "#1f77b4", "peer": "#7f7f7f"}
@@ -51,7 +51,7 @@ def _file_rows(path: str) -> List[dict]:
     for r in doc.get("rows", []):
         r = dict(r)
         r.setdefault("command", doc.get("command"))
-        r.setdefault("results_file", os.path.abspath(path))
+        r.setdefault("results_file", shown_path(path))
         r.setdefault("fingerprint", doc.get("fingerprint"))
         out.append(r)
     return out
