@@ -19,6 +19,7 @@ from compressor.errors import CompressorError
 from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
 from compressor.quantize import load_quantized, resolve_preset
 from compressor.quantize.torch_int8 import quantize_torchao, save_quantized
+from test_cli import assert_one_line_error
 
 SST2 = get_task("sst2")
 PICKLE_SUFFIXES = (".pt", ".pt2", ".pth", ".bin", ".pkl", ".pickle", ".ckpt")
@@ -104,14 +105,6 @@ def bench_cli(capsys, tmp_path, folder, glue_dir):
               "--batch-sizes", "none", "--task", "sst2", "--data-dir", glue_dir,
               "--out", str(tmp_path / "results.json")])
     return exit_info.value.code, capsys.readouterr().err
-
-
-def assert_one_line_error(code, err, message):
-    assert code == 1
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert message in lines[0], err
-    assert "Traceback" not in err
 
 
 def test_torchao_int8_reloads_identically_without_pickle(torchao_folder):
