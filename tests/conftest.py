@@ -82,6 +82,21 @@ def tiny_models(tmp_path_factory, minilm_dir):
     return paths
 
 
+def save_sst2_classifier(path, minilm_dir, max_length: int = 64) -> str:
+    """A tiny random BERT SST-2 classifier (seed 0) with the MiniLM tokenizer, saved as the
+    toolkit saves a checkpoint."""
+    from compressor.data import get_task
+    from compressor.models import checkpoint_meta, save_checkpoint
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    config = tiny_config("bert")
+    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
+    torch.manual_seed(0)
+    model = transformers.AutoModelForSequenceClassification.from_config(config)
+    save_checkpoint(model, tokenizer, str(path), checkpoint_meta(get_task("sst2"), max_length, "test"))
+    return str(path)
+
+
 def write_reviews(path, rows: int, start: int = 0) -> str:
     """A user's CSV file whose label (pos/neg) is visible in the text: learnable in seconds."""
     words = ["good", "great", "fine", "nice", "bad", "awful", "poor", "sad"]

@@ -5,27 +5,17 @@ import os
 import numpy as np
 import pytest
 import torch
-import transformers
 
-from conftest import tiny_config
-from compressor.data import get_task, load_split
+from conftest import save_sst2_classifier
+from compressor.data import load_split
 from compressor.errors import CompressorError
-from compressor.models import checkpoint_meta, save_checkpoint
 from compressor.results import REQUIRED, read_results
 
-SST2 = get_task("sst2")
 
 
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory, minilm_dir):
-    tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    config = tiny_config("bert")
-    config.vocab_size, config.num_labels = tok.vocab_size, 2
-    torch.manual_seed(0)
-    model = transformers.AutoModelForSequenceClassification.from_config(config)
-    path = str(tmp_path_factory.mktemp("bench") / "teacher")
-    save_checkpoint(model, tok, path, checkpoint_meta(SST2, 64, "test"))
-    return path
+    return save_sst2_classifier(tmp_path_factory.mktemp("bench") / "teacher", minilm_dir)
 
 
 @pytest.fixture(scope="module")

@@ -4,16 +4,15 @@ import dataclasses
 import textwrap
 
 import pytest
-import torch
 import transformers
 
 from compressor.cli import main
-from compressor.data import UserData, get_task
+from compressor.data import UserData
 from compressor.distill import DistillConfig, LOSSES, LossSettings, distill, register_loss
 from compressor.models import checkpoint_meta, save_checkpoint
 from compressor.quantize import configs as Q
 from compressor.settings import config_from_dict, setting
-from conftest import tiny_config, write_reviews
+from conftest import save_sst2_classifier, write_reviews
 
 HEAD = "name: t\ntask: sst2\nteacher: {model: m}\nstages:\n"
 
@@ -150,14 +149,7 @@ def test_each_config_type_dispatches_to_its_function():
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory, minilm_dir):
     """A tiny random BERT SST-2 classifier checkpoint."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    torch.manual_seed(0)
-    config = tiny_config("bert")
-    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
-    model = transformers.AutoModelForSequenceClassification.from_config(config)
-    path = str(tmp_path_factory.mktemp("cls") / "bert")
-    save_checkpoint(model, tokenizer, path, checkpoint_meta(get_task("sst2"), 32, "test"))
-    return path
+    return save_sst2_classifier(tmp_path_factory.mktemp("cls") / "bert", minilm_dir, max_length=32)
 
 
 def test_quantize_looks_the_method_up_by_config_type(classifier, tmp_path):

@@ -16,12 +16,9 @@ import pytest
 import torch
 import transformers
 
-from conftest import tiny_config
+from conftest import save_sst2_classifier
 from compressor.cli import main
-from compressor.data import get_task
-from compressor.models import checkpoint_meta, save_checkpoint
 
-SST2 = get_task("sst2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMBEDDED_DEV = os.path.join(ROOT, "compressor", "data", "embedded", "sst2", "dev.tsv")
 EMBEDDED_TRAIN = os.path.join(ROOT, "compressor", "data", "embedded", "sst2", "train.tsv")
@@ -31,14 +28,7 @@ FAST = ["--epochs", "1", "--batch-size", "16", "--max-length", "32", "--device",
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, minilm_dir):
     """A tiny SST-2 classifier, saved the way the toolkit saves one."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    config = tiny_config("bert")
-    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
-    torch.manual_seed(0)
-    model = transformers.AutoModelForSequenceClassification.from_config(config)
-    path = str(tmp_path_factory.mktemp("ckpt") / "bert-sst2")
-    save_checkpoint(model, tokenizer, path, checkpoint_meta(SST2, 64, "test"))
-    return path
+    return save_sst2_classifier(tmp_path_factory.mktemp("ckpt") / "bert-sst2", minilm_dir)
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,9 @@ import os
 import textwrap
 
 import pytest
-import torch
-import transformers
 
 from compressor.cli import main
-from compressor.data import get_task
-from compressor.models import checkpoint_meta, save_checkpoint
-from conftest import tiny_config, write_reviews
+from conftest import save_sst2_classifier, write_reviews
 
 
 def run_cli(capsys, *args):
@@ -106,15 +102,7 @@ def test_every_error_in_a_stage_is_reported(capsys, tmp_path, stage, problems):
 
 @pytest.fixture(scope="module")
 def sst2_checkpoint(tmp_path_factory, minilm_dir):
-    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    config = tiny_config("bert")
-    config.vocab_size = tokenizer.vocab_size
-    config.num_labels = 2
-    torch.manual_seed(0)
-    model = transformers.AutoModelForSequenceClassification.from_config(config)
-    path = str(tmp_path_factory.mktemp("ckpt") / "bert-sst2")
-    save_checkpoint(model, tokenizer, path, checkpoint_meta(get_task("sst2"), 32, "test"))
-    return path
+    return save_sst2_classifier(tmp_path_factory.mktemp("ckpt") / "bert-sst2", minilm_dir, max_length=32)
 
 
 @pytest.fixture(scope="module")
