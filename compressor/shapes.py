@@ -17,6 +17,7 @@ modules or parameters and ``save_checkpoint`` finds the ties by itself.
 from __future__ import annotations
 
 import inspect
+import itertools
 from typing import Dict, Optional, Sequence, Union
 
 import torch
@@ -186,20 +187,15 @@ def shared_names(model: nn.Module) -> Dict[str, str]:
     def under_alias(name: str) -> bool:
         return any(name.startswith(alias + ".") for alias in shared)
 
-    for name, module in model.named_modules(remove_duplicate=False):
+    # modules first, so a parameter inside a module shared whole is not listed again
+    for name, obj in itertools.chain(model.named_modules(remove_duplicate=False),
+                                     model.named_parameters(remove_duplicate=False)):
         if under_alias(name):
             continue
-        if id(module) in first:
-            shared[name] = first[id(module)]
+        if id(obj) in first:
+            shared[name] = first[id(obj)]
         else:
-            first[id(module)] = name
-    for name, param in model.named_parameters(remove_duplicate=False):
-        if under_alias(name):
-            continue
-        if id(param) in first:
-            shared[name] = first[id(param)]
-        else:
-            first[id(param)] = name
+            first[id(obj)] = name
     return shared
 
 
