@@ -8,7 +8,7 @@ import typing
 
 import click
 
-from .errors import CompressorError
+from .errors import CompressorError, terminate_cleanly
 
 
 def _train_options(fn):
@@ -268,26 +268,15 @@ def _add_commands():
 _add_commands()
 
 
-def _terminate_like_ctrl_c():
-    """SIGTERM unwinds like Ctrl-C, so every temporary folder is removed on the way out."""
-    import signal
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        from .errors import Terminated
-
-        def raise_terminated(signum, frame):
-            raise Terminated()
-
-        return signal.signal(signal.SIGTERM, raise_terminated)
-    return None
-
-
 def main(argv=None):
     """Entry point: a user's mistake is one line on stderr and exit status 1, never a traceback."""
     # transformers' advice ("You should probably TRAIN this model...") is noise at a command line
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    previous = _terminate_like_ctrl_c()
+    with terminate_cleanly():
+        _main(argv)
+
+
+def _main(argv):
     rank = int(os.environ.get("RANK", "0") or 0)
     if rank:   # one of several processes (torchrun): rank 0 prints the results
         sys.stdout = open(os.devnull, "w")
@@ -318,10 +307,6 @@ def main(argv=None):
         click.echo("interrupted: run the same command again to resume", err=True)
         sys.exit(130)
     finally:
-        if previous is not None:
-            import signal
-
-            signal.signal(signal.SIGTERM, previous)
         from .distributed import shutdown
 
         shutdown()

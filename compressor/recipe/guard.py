@@ -20,14 +20,12 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import sys
-import threading
 import time
 from typing import Iterator, Optional
 
-from ..errors import CompressorError, Terminated
+from ..errors import CompressorError
 
 LOCK_FILE = ".compressor.lock"
 # the names compressor.io's atomic writers use: mkstemp/mkdtemp add 8 characters
@@ -128,20 +126,3 @@ def _sha256(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-@contextlib.contextmanager
-def terminate_cleanly() -> Iterator[None]:
-    """Turn SIGTERM into an exception for the block (main thread only; elsewhere a no-op)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def raise_terminated(signum, frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -24,7 +24,8 @@ from ..errors import CompressorError
 from ..io import atomic_dir, read_json, versions, write_json
 from ..models import (checkpoint_meta, count_parameters, load_config, read_meta, resolve_model,
                       size_on_disk)
-from .guard import check_files, clean_leftovers, digest_files, run_lock, terminate_cleanly
+from ..errors import terminate_cleanly
+from .guard import check_files, clean_leftovers, digest_files, run_lock
 from .registry import TRAINABLE, config_to_dict, get_stage
 from .report import write_report
 from .schema import Recipe, load_recipe
@@ -156,8 +157,7 @@ def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
         return distributed.broadcast(None)
     folder = os.path.join(out, dirname)
     record_file = os.path.join(folder, RECORD)
-    if dirname not in manifest["made"]:
-        _refuse_foreign(out, dirname, manifest)
+    if dirname not in manifest["made"]:   # (no folder of the user's is there: checked up front)
         # claimed in the manifest before the folder appears, so a resumed run knows it is ours
         manifest["made"].append(dirname)
         write_json(os.path.join(out, MANIFEST), manifest)
