@@ -163,9 +163,9 @@ def ort_dynamic(job: QuantizeJob, config: OrtDynamicConfig) -> dict:
 @register_quantizer(OrtQATConfig)
 def ort_qat(job: QuantizeJob, config: OrtQATConfig) -> dict:
     """Quantisation-aware training of the checkpoint (Q8BERT), then dynamic INT8 of its graph."""
-    from .onnx_int8 import is_export_folder
+    from ..export.onnx import is_export
 
-    if is_export_folder(job.model):
+    if is_export(job.model):
         raise CompressorError(f"QAT trains a PyTorch checkpoint; {job.model} is an ONNX export folder")
 
     def trained(work, info):
@@ -312,9 +312,9 @@ def _torch(job: QuantizeJob, config, transform) -> dict:
     from ..models import count_parameters, load_for_task
     from . import torch_int8 as tq
 
-    from .onnx_int8 import is_export_folder
+    from ..export.onnx import is_export
 
-    if is_export_folder(job.model):
+    if is_export(job.model):
         raise CompressorError(f"backend {config.backend} quantises PyTorch checkpoints; {job.model} is an "
                               "ONNX export folder (use backend onnxruntime)")
     net, tokenizer = load_for_task(job.model, job.task)

@@ -52,19 +52,15 @@ def onnx_file(folder: str) -> str:
     return path
 
 
-def is_export_folder(folder: str) -> bool:
-    return os.path.isfile(os.path.join(folder, ONNX_FILE))
-
-
 def ensure_export(model_dir: str, work_dir: str) -> str:
     """``model_dir`` if it is an export folder; else export the checkpoint into ``work_dir``."""
-    if is_export_folder(model_dir):
-        return model_dir
     try:
-        from compressor.export import export_onnx
+        from compressor.export.onnx import export_onnx, is_export
     except ImportError:
         raise CompressorError(f"{model_dir} is a PyTorch checkpoint and this install has no "
                               "ONNX exporter (export.export_onnx); export it first") from None
+    if is_export(model_dir):
+        return model_dir
     export_onnx(model_dir, work_dir, parity=False)  # the source model is scored anyway
     return work_dir
 
