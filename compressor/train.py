@@ -94,9 +94,10 @@ def unwrap(model):
     return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
 
 
-def _accelerator(config: TrainConfig, device: torch.device):
+def _accelerator(config: TrainConfig, device: torch.device, model: torch.nn.Module):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
+    from accelerate.utils import DistributedDataParallelKwargs
 
     alone = distributed.world_size() <= 1
     # accelerate keeps one global state; each fit sets its own precision and accumulation
@@ -105,8 +106,14 @@ def _accelerator(config: TrainConfig, device: torch.device):
     if not alone:
         distributed.init(config.device)
     precision = {"fp32": "no"}.get(config.precision, config.precision)
+    # Gradients live in the all-reduce buckets (no copy per step). Buffers are sent from rank 0
+    # before every forward only where training changes them (batch-norm statistics); an
+    # encoder's buffers are constants (position ids), and sending them is a collective per step.
+    running_stats = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    ddp = DistributedDataParallelKwargs(broadcast_buffers=running_stats, gradient_as_bucket_view=True)
     return Accelerator(cpu=device.type == "cpu", mixed_precision=precision,
-                       gradient_accumulation_steps=config.grad_accum, device_placement=False)
+                       gradient_accumulation_steps=config.grad_accum, device_placement=False,
+                       kwargs_handlers=[ddp])
 
 
 def _my_rows(rows: int) -> range:
@@ -178,7 +185,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
     world = distributed.world_size()
     device = resolve_device(config.device)
     check_precision(config.precision, device)
-    accelerator = _accelerator(config, device)
+    accelerator = _accelerator(config, device, model)
     task = train_set.task
     model.to(device)
     items = encode(tokenizer, train_set.examples, config.max_length, model.config)
@@ -222,6 +229,10 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
     best, best_state = None, None
     micro, rows_seen, eval_s = 0, 0, 0.0
     step_loss, pending = None, None   # the loss is read one step late: the GPU never waits
+    # throughput is also read from this step on, past the first steps' one-off costs (memory
+    # pools growing, kernels chosen), which weigh more the shorter the run
+    settle_step = min(10, total_steps // 10) if total_steps >= 20 else None
+    settled = None   # (time, rows seen, evaluation seconds) when settle_step ended
     start = time.perf_counter()
     bar = progress(total=total_steps, desc=desc, unit="step")
     _each(callbacks, "on_train_begin", state)
@@ -258,6 +269,9 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
             pending = (state.step, accelerator.reduce(step_loss, "mean") / config.grad_accum)
             step_loss = None
             bar.update(1)
+            if state.step == settle_step:
+                _sync(device)
+                settled = (time.perf_counter(), rows_seen, eval_s)
             if state.step % eval_every == 0 or state.step == total_steps or state.stop:
                 _check_loss(*pending, bar)
                 pending = None
@@ -291,10 +305,15 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
         best = state.history[-1]
     model.eval()
     loop_s = elapsed - eval_s
+    steady = None
+    if settled is not None and state.step > settle_step:
+        steady_s = (start + elapsed - settled[0]) - (eval_s - settled[2])
+        steady = round((rows_seen - settled[1]) / steady_s, 2) if steady_s > 0 else None
     return {"history": state.history, "best": best, "steps": state.step,
             "train_time_s": round(elapsed, 2), "processes": world,
             "train_rows": rows_seen, "train_loop_s": round(loop_s, 3),
-            "samples_per_s": round(rows_seen / loop_s, 2) if loop_s > 0 else None}
+            "samples_per_s": round(rows_seen / loop_s, 2) if loop_s > 0 else None,
+            "steady_samples_per_s": steady, "steady_from_step": settle_step if steady else None}
 
 
 def _each(callbacks, hook: str, *args) -> None:

@@ -13,7 +13,9 @@ import sys
 
 WHAT = ("MPNet-base SST-2 teacher distilled into a 6-layer student (every other layer, soft "
         "targets, teacher run on every batch), 1 GPU vs 2 GPUs data parallel at the same global "
-        "batch; train_rows_per_s = training rows / training-loop seconds (evaluation excluded)")
+        "batch; train_rows_per_s = training rows / training-loop seconds (evaluation excluded); "
+        "steady_rows_per_s = the same from the end of step steady_from_step on (the first "
+        "steps' one-off costs left out)")
 
 
 def run_summary(record: dict, batch: int) -> dict:
@@ -22,6 +24,8 @@ def run_summary(record: dict, batch: int) -> dict:
     return {"gpus": phase["processes"], "global_batch": batch, "epochs": record["config"]["epochs"],
             "steps": record["steps"], "train_rows": phase["train_rows"],
             "train_loop_s": phase["train_loop_s"], "train_rows_per_s": phase["samples_per_s"],
+            "steady_rows_per_s": phase.get("steady_samples_per_s"),
+            "steady_from_step": phase.get("steady_from_step"),
             "dev_accuracy": round(100 * record["metrics"]["accuracy"], 2),
             "best_step": record["best_step"],
             "history": [{"step": h["step"], "accuracy": round(100 * h["metrics"]["accuracy"], 2)}
@@ -37,6 +41,9 @@ def comparisons(runs: dict) -> dict:
             out[key.split("-")[0]] = {
                 "speedup": round(two["train_rows_per_s"] / one["train_rows_per_s"], 3),
                 "accuracy_gap_points": round(two["dev_accuracy"] - one["dev_accuracy"], 2)}
+            if one.get("steady_rows_per_s") and two.get("steady_rows_per_s"):
+                out[key.split("-")[0]]["steady_speedup"] = round(
+                    two["steady_rows_per_s"] / one["steady_rows_per_s"], 3)
     return out
 
 
@@ -87,8 +94,8 @@ def main(work: str, out: str) -> dict:
         env={k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
                                             "NVSHMEM_DISABLE_NVLS")})
     print(json.dumps({"teacher": teacher["dev_accuracy"], "comparisons": compared,
-                      "runs": {k: {x: v[x] for x in ("train_rows_per_s", "dev_accuracy",
-                                                     "train_loop_s")}
+                      "runs": {k: {x: v[x] for x in ("train_rows_per_s", "steady_rows_per_s",
+                                                     "dev_accuracy", "train_loop_s")}
                                for k, v in runs.items()}}, indent=1))
     return json.load(open(path))
 
