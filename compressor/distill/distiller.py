@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -201,15 +201,26 @@ def teacher_logits_cache(teacher, teacher_tokenizer, student_tokenizer, examples
 
 
 def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: DistillConfig,
-                  desc: str = "distill") -> Tuple[nn.Module, object, dict]:
+                  desc: str = "distill", student: Optional[nn.Module] = None,
+                  student_tokenizer=None, callbacks: Sequence = ()) -> Tuple[nn.Module, object, dict]:
     """Build the student ``config.student`` says, train it from ``teacher``; return it, its
-    tokenizer, and the training record (the teacher is left unchanged)."""
+    tokenizer, and the training record (the teacher is left unchanged).
+
+    A ``student`` model given (a pruned model recovering, say) is trained as it is, with
+    ``student_tokenizer`` (the teacher's by default); ``callbacks`` go to ``fit``.
+    """
     config.check()
     spec, losses = config.student, config.losses
     task = train_set.task
     device = resolve_device(config.device)
     set_seed(config.seed)
-    student, tokenizer, made = build_student(spec, teacher, teacher_tokenizer, task)
+    if student is not None:
+        from .students import PretrainedStudent
+
+        spec = PretrainedStudent(model="(given)")
+        tokenizer, made = student_tokenizer or teacher_tokenizer, {"kind": "given"}
+    else:
+        student, tokenizer, made = build_student(spec, teacher, teacher_tokenizer, task)
     layer_losses = losses.layer_losses()
     if layer_losses and spec.is_small:
         raise CompressorError(f"a {spec.kind} student has no layers to match: losses "
@@ -250,7 +261,8 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
         loss_fn = DistillLoss(teacher, student, phase_losses, phase_cache, teacher_types)
         try:
             result = fit(trainee, tokenizer, train_set, dev_set, phase_config, loss_fn,
-                         desc=f"{desc} ({name})" if len(phases) > 1 else desc)
+                         desc=f"{desc} ({name})" if len(phases) > 1 else desc,
+                         callbacks=callbacks)
         finally:
             loss_fn.close()
         history.append({"phase": name, **result})
