@@ -208,7 +208,17 @@ def markdown(rows: Sequence[dict], title: str = "Compression report", threads: O
                          f"{_pct(r.get('retention'))} | {_num(e.get('wall_time_s'), 0)} |")
         lines += ["", "Scores are the task's GLUE metric(s) on the dev split, x100 (a task with two "
                   "metrics scores their mean). Each stage's full record is `NN-<stage>/record.json`.", ""]
-    lines += _glue_table(rows)
+    glue = _glue_table(rows)
+    lines += glue
+    scored = [r for r in rows if r.get("value") is not None and not r.get("latency_ms")
+              and not (r.get("extra") or {}).get("stage")]
+    if scored and not glue:   # results without timings (training runs): their scores
+        lines += ["## Scores", "", "| variant | task | metric | score | vs teacher | parameters |",
+                  "|---|---|---|---:|---:|---:|"]
+        lines += [f"| {r['name']} | {r.get('task') or ''} | {r.get('metric') or ''} "
+                  f"| {_num(r.get('value'))} | {_pct(r.get('retention'))} | {_int(r.get('parameters'))} |"
+                  for r in scored]
+        lines.append("")
     if view["lines"]:
         t = view["threads"]
         lines += [f"## Speed and score (batch 1, {t} thread{'s' if t != 1 else ''})", ""]

@@ -5,7 +5,8 @@
 # at the same global batch, and compare training throughput and dev accuracy.
 #   bash bench/experiments/distill_ddp.sh MPNET_FOLDER GLUE_DIR OUT_DIR [BATCHES] [EPOCHS]
 # MPNET_FOLDER holds the base encoder (fp16 weights are widened to fp32 first, as they
-# travel at half size); BATCHES is a comma list of global batch sizes (default 256).
+# travel at half size); BATCHES is a comma list of global batch sizes (default 256);
+# REPEATS (environment, default 1) times each 1-GPU/2-GPU pair that many times.
 # Writes OUT_DIR/distill-ddp-mpnet.json (bench.experiments.distill_ddp_summary).
 set -euo pipefail
 SRC=$1; GLUE=$2; OUT=$3; BATCHES=${4:-256}; EPOCHS=${5:-3}
@@ -30,13 +31,17 @@ START=$SECONDS
 run python3 -m compressor finetune --model "$WORK/mpnet" --task sst2 --data-dir "$GLUE" \
   --out "$WORK/teacher" --epochs 1 --lr 2e-5 --batch-size 32 --max-length 128 --warmup 0.06 \
   --precision bf16 --device "$DEVICE" --overwrite $LIMITS
+# REPEATS=N runs each pair N times, 1 GPU then 2 in turn, so that drift on the host hits both
 for batch in ${BATCHES//,/ }; do
+ for r in $(seq 1 "${REPEATS:-1}"); do
+  suffix=$( (( r > 1 )) && echo "-r$r" || true)
   for n in 1 2; do
-    if (( SECONDS - START > ${BUDGET_S:-480} )); then echo "time budget spent: skipping b$batch x$n"; continue; fi
-    run python3 -m compressor distill --teacher "$WORK/teacher" --out "$WORK/student-b$batch-gpu$n" \
+    if (( SECONDS - START > ${BUDGET_S:-480} )); then echo "time budget spent: skipping b$batch x$n$suffix"; continue; fi
+    run python3 -m compressor distill --teacher "$WORK/teacher" --out "$WORK/student-b$batch-gpu$n$suffix" \
       --data-dir "$GLUE" --student kind=layers --student num_layers=6 --student pick=every \
       --loss kd=1 --no-cache --epochs "$EPOCHS" --batch-size "$batch" --lr 1e-4 --warmup 0.06 \
       --max-length 128 --precision bf16 --device "$DEVICE" --overwrite --nproc "$n" $LIMITS
   done
+ done
 done
 python3 -m bench.experiments.distill_ddp_summary "$WORK" "$OUT"

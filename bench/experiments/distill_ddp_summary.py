@@ -36,13 +36,13 @@ def run_summary(record: dict, batch: int) -> dict:
 def comparisons(runs: dict) -> dict:
     out = {}
     for key, one in runs.items():
-        two = runs.get(key.replace("gpu1", "gpu2")) if key.endswith("gpu1") else None
+        two = runs.get(key.replace("gpu1", "gpu2")) if "-gpu1" in key else None
         if two:
-            out[key.split("-")[0]] = {
+            out[key.replace("-gpu1", "")] = {
                 "speedup": round(two["train_rows_per_s"] / one["train_rows_per_s"], 3),
                 "accuracy_gap_points": round(two["dev_accuracy"] - one["dev_accuracy"], 2)}
             if one.get("steady_rows_per_s") and two.get("steady_rows_per_s"):
-                out[key.split("-")[0]]["steady_speedup"] = round(
+                out[key.replace("-gpu1", "")]["steady_speedup"] = round(
                     two["steady_rows_per_s"] / one["steady_rows_per_s"], 3)
     return out
 
@@ -76,10 +76,14 @@ def main(work: str, out: str) -> dict:
                "batch_size": teacher_record["config"]["batch_size"]}
     runs = {}
     for folder in sorted(glob.glob(os.path.join(work, "student-b*-gpu*"))):
-        batch, gpus = map(int, re.findall(r"b(\d+)-gpu(\d+)", folder)[0])
-        runs[f"b{batch}-gpu{gpus}"] = run_summary(
+        batch, gpus, again = re.findall(r"b(\d+)-gpu(\d+)(-r\d+)?$", folder)[0]
+        batch, gpus = int(batch), int(gpus)
+        runs[f"b{batch}-gpu{gpus}{again}"] = run_summary(
             json.load(open(os.path.join(folder, "metrics.json"))), batch)
-    commands = open(os.path.join(out, "commands.txt")).read().splitlines()
+    # the work folder is named from the home folder on, as ~ (the same on any machine)
+    home = os.path.expanduser("~")
+    commands = [c.replace(home + "/", "~/") for c in
+                open(os.path.join(out, "commands.txt")).read().splitlines()]
     gpus_file = os.path.join(out, "gpus.txt")
     gpus = open(gpus_file).read().splitlines()[1:] if os.path.exists(gpus_file) else []
     info = fingerprint()
