@@ -114,6 +114,16 @@ def test_variants_scored_on_several_tasks_get_a_glue_column(tmp_path):
     assert "| student | 80.00 | 88.00 | 84.00 (2) |" in md and "| teacher | 84.00 | 90.00 | 87.00 (2) |" in md
 
 
+def test_results_without_timings_get_a_score_table():
+    from compressor.bench.report import markdown
+
+    rows = [row("teacher", "sst2", "accuracy", 93.46, parameters=109_000_000),
+            row("student-gpu2", "sst2", "accuracy", 91.86, 93.46, parameters=67_000_000)]
+    md = markdown(rows)
+    assert "## Scores" in md and "Speed and score" not in md
+    assert "| student-gpu2 | sst2 | accuracy | 91.86 | 98.3% | 67,000,000 |" in md
+
+
 def test_every_committed_result_is_one_results_format_and_renders(tmp_path):
     from compressor.bench.report import collect, markdown, write_report_files
     from compressor.results import FORMAT
