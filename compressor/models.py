@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import socket
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 
@@ -256,17 +257,20 @@ def _load_error(name, path, what, exc) -> str:
 
 
 def save_checkpoint(model, tokenizer, out_dir: str, meta: dict, records: Optional[dict] = None,
-                    overwrite: bool = True) -> int:
+                    overwrite: bool = True, files: Sequence[str] = ()) -> int:
     """Write model, tokenizer, ``compressor.json`` and JSON ``records`` as one atomic folder swap.
 
     ``compressor.json`` is ``meta`` with the model's ``kind`` and ``shape``
     (:func:`save_model`). Each record gets the weights' ``size_bytes``; that size is returned.
+    ``files`` (reports a method wrote elsewhere: tables, images) are copied in beside them.
     """
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         kind, shape = save_model(model, tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         size = size_on_disk(tmp)
+        for file in files:
+            shutil.copyfile(file, os.path.join(tmp, os.path.basename(file)))
         write_json(os.path.join(tmp, META_FILE), with_kind(meta, kind, shape))
         for name, record in (records or {}).items():
             write_json(os.path.join(tmp, name), {**record, "size_bytes": size})

@@ -49,8 +49,9 @@ class RecoverSettings(TrainConfig):
 
     mode: str = setting("distill", choices=RECOVERY)
     losses: Losses = field(default_factory=lambda: Losses(kd=KDSettings()))   # distill only: name -> settings
-    epochs: float = 1.0
-    warmup: float = 0.06
+    # TrainConfig's fields with other defaults (and the same checks)
+    epochs: float = setting(1.0, check=TrainConfig.__dataclass_fields__["epochs"].metadata["check"])
+    warmup: float = setting(0.06, check=TrainConfig.__dataclass_fields__["warmup"].metadata["check"])
     layerdrop: float = setting(0.0, check=fraction)   # LayerDrop (Fan et al.): skip each layer with this chance while recovering
 
     def __post_init__(self):

@@ -32,7 +32,7 @@ class StageType:
 STAGES: Dict[str, StageType] = {}
 
 # Each method's package registers its stages in its own module, listed here.
-_STAGE_MODULES = ("compressor.recipe.builtin", "compressor.distill.stage",
+_STAGE_MODULES = ("compressor.recipe.builtin", "compressor.distill.stage", "compressor.prune.stage",
                   "compressor.quantize.stage", "compressor.export.stage", "compressor.bench.stage")
 _loaded = False
 
