@@ -88,6 +88,11 @@ class ArchSpec:
     def set_layers(self, model: nn.Module, layers: nn.ModuleList) -> None:
         path = self.layers if _has(model, self.layers) else self.layers[len(self.base) + 1:]
         if self.layer_position_arg:
+            every = getattr(model.config, "global_attn_every_n_layers", None)
+            if isinstance(getattr(model.config, "layer_types", None), list) and every:
+                # transformers 5 reads each position's attention kind from this list
+                model.config.layer_types = ["full_attention" if i % every == 0 else "sliding_attention"
+                                            for i in range(len(layers))]
             layers = nn.ModuleList(self._rebuilt(model.config, layer, i) for i, layer in enumerate(layers))
         parent, _, name = path.rpartition(".")
         setattr(_get(model, parent) if parent else model, name, layers)
@@ -95,7 +100,13 @@ class ArchSpec:
 
     def _rebuilt(self, config, layer: nn.Module, position: int) -> nn.Module:
         """``layer``'s weights in a layer built for ``position``."""
-        fresh = type(layer)(config, **{self.layer_position_arg: position})
+        import inspect
+
+        arg = self.layer_position_arg
+        params = inspect.signature(type(layer).__init__).parameters
+        if arg not in params:   # transformers 5 names it layer_idx
+            arg = next((a for a in ("layer_idx", "layer_id") if a in params), arg)
+        fresh = type(layer)(config, **{arg: position})
         weights = layer.state_dict()
         if set(fresh.state_dict()) != set(weights):
             raise CompressorError(

@@ -95,8 +95,12 @@ class PruneJob:
 
             if self.teacher is None:
                 raise CompressorError("distillation recovery needs the unpruned model as teacher")
+            # a student whose tokenizer changed (vocabulary pruning) must not feed the teacher
+            # its ids: the teacher's logits are then computed once, from its own tokenizer
+            same = self.teacher_tokenizer is None or self.teacher_tokenizer is self.tokenizer
             config = DistillConfig(**{k: getattr(train, k) for k in type(train).__dataclass_fields__},
-                                   losses=settings.losses)
+                                   losses=settings.losses,
+                                   cache_teacher_logits=True if not same else DistillConfig.cache_teacher_logits)
             student, _, result = distill_model(self.teacher, self.teacher_tokenizer or self.tokenizer,
                                                self.train_set, self.dev_set, config, desc=desc,
                                                student=self.model, student_tokenizer=self.tokenizer,
