@@ -88,7 +88,6 @@ def test_global_and_layer_scope_reach_the_asked_sparsity(tokenizer, sst2):
         job = job_for(model, tokenizer, sst2, sparsity=0.7, scope=scope)
         record = prune_magnitude(job, job.config)
         chosen = chosen_weights(model)
-        total = sum(w.numel() for w in chosen.values())
         pools = [list(chosen)] if scope == "global" else [[n] for n in chosen]
         for pool in pools:      # exactly round(0.7 n) of the pool: all weights, or each matrix
             assert sum(zeros(chosen[n]) for n in pool) == round(0.7 * sum(chosen[n].numel() for n in pool))
