@@ -6,7 +6,7 @@ Public API:
   (``compressor.export.onnx``): a checkpoint to a folder with ``model.onnx`` (dynamic batch
   and sequence axes), tokenizer files, ``config.json``, ``manifest.json`` and
   ``parity.json``. Returns the manifest.
-- ``read_manifest(folder)``, ``is_export(folder)``, ``optimize_graph(model_file, config)``,
+- ``read_manifest(folder)``, ``is_export(folder)``, ``optimize_graph(model_file, config, heads)``,
   ``parity_check(...)``, ``score_onnx(folder, dataset)`` (the one scorer of ONNX graphs).
 - ``Predictor`` (``compressor.export.runtime``): classifies text from an export folder
   with only onnxruntime, tokenizers and numpy.

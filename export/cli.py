@@ -34,6 +34,9 @@ def register(cli):
         click.echo(f"exported with {manifest['exporter']} (opset {opset}): {os.path.abspath(out)}")
         if fusions is not None:
             click.echo("fusions: " + (", ".join(f"{k} x{v}" for k, v in fusions.items()) or "none"))
+        note = ((manifest.get("optimization") or {}).get("attention") or {}).get("note")
+        if note:
+            click.echo(f"note: {note}")
         p = manifest.get("parity")
         if p:
             click.echo(f"parity on {p['examples']} dev rows: max |logit diff| {p['max_abs_logit_diff']:.2e}, "

@@ -65,7 +65,8 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
         used = _export_graph(net, tokenizer, tmp, opset, exporter)
         _copy_side_files(path, tokenizer, tmp)
         input_names = _graph_inputs(os.path.join(tmp, MODEL_FILE))
-        optimization = optimize_graph(os.path.join(tmp, MODEL_FILE), net.config) if optimize else None
+        optimization = optimize_graph(os.path.join(tmp, MODEL_FILE), net.config,
+                                      heads=_layer_heads(net)) if optimize else None
         manifest = {
             "format": FORMAT, "model_file": MODEL_FILE, "task": task_spec.name,
             "task_spec": meta.get("task_spec") or _task_dict(task_spec),
@@ -260,31 +261,128 @@ def _versions() -> dict:
 
 # -- graph optimisation --------------------------------------------------
 
-def optimize_graph(model_file: str, config=None) -> dict:
+def optimize_graph(model_file: str, config=None, heads=None) -> dict:
     """Fuse the transformer graph in place with onnxruntime's optimizer; report what fused.
 
-    Returns ``{"tool", "fusions": {op: count}, "before": {...}, "after": {...}}``
-    where ``fusions`` lists only the fused operators that appeared.
+    ``heads`` is the head count each layer has (``compressor.shapes.shape_of``:
+    pruning leaves layers with different counts). The optimizer is told a head
+    count only when every layer has the same one; otherwise (0, 0) makes it read
+    each layer's count off that layer's Reshape, and a layer whose count it
+    cannot read stays unfused rather than taking the config's. Every fused
+    attention node is then checked against its own weights and against
+    ``heads``; a fusion that got a count wrong is not kept (the graph is fused
+    again without attention fusion) and the report says so.
+
+    Returns ``{"tool", "fusions": {op: count}, "attention": {...}, "nodes_before",
+    "nodes_after"}`` where ``fusions`` lists only the fused operators that appeared
+    and ``attention`` gives the layers, their head counts, the ``num_heads`` of
+    each fused attention node in graph order and a ``note`` when not every layer fused.
     """
+    import logging
+
+    from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
-    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", None) or 0
+    config_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_heads", None) or 0
     hidden = getattr(config, "hidden_size", None) or getattr(config, "dim", None) or 0
     before = _op_counts(load_graph(model_file))
-    if not heads:
+    if not config_heads:
         # no attention (a BiLSTM or CNN student): nothing of a transformer's to fuse
         return {"tool": None, "fusions": {}, "skipped": "not a transformer",
                 "nodes_before": sum(before.values()), "nodes_after": sum(before.values())}
-    if hidden % heads:
-        heads, hidden = 0, 0  # odd shapes: let the optimizer read them off the graph
-    # opt_level 0: only the pattern fusions, so the file stays portable across CPU and GPU
-    optimized = optimize_model(model_file, model_type="bert", num_heads=heads, hidden_size=hidden,
-                               opt_level=0)
+    head_size = hidden // config_heads if hidden and hidden % config_heads == 0 else 0
+    heads = [int(h) for h in heads] if heads else None
+    counts = set(heads) if heads else {config_heads}
+    if not head_size or len(counts) > 1:
+        # odd shapes, or layers pruned to different head counts: the optimizer reads each
+        # layer's count off its graph (a count we passed would be used where it cannot)
+        num_heads, width = 0, 0
+    else:
+        num_heads = counts.pop()
+        width = num_heads * head_size
+    # opt_level 0: only the pattern fusions, so the file stays portable across CPU and GPU.
+    # Its per-layer warnings (a pruned layer's width is not the input's) say nothing the report does not.
+    # (onnxruntime imports its fusion modules under both names)
+    quiet = [logging.getLogger(name) for name in ("fusion_attention",
+                                                  "onnxruntime.transformers.fusion_attention")]
+    levels = [q.level for q in quiet]
+    for q in quiet:
+        q.setLevel(logging.ERROR)
+    try:
+        optimized = optimize_model(model_file, model_type="bert", num_heads=num_heads, hidden_size=width,
+                                   opt_level=0)
+        attention = _attention_report(optimized.model, heads, head_size)
+        if attention.get("wrong"):
+            options = FusionOptions("bert")
+            options.enable_attention = False
+            optimized = optimize_model(model_file, model_type="bert", num_heads=num_heads,
+                                       hidden_size=width, opt_level=0, optimization_options=options)
+            refused = attention.pop("wrong")
+            attention.update(fused=[], refused=refused,
+                             note=f"attention left unfused: the optimizer's fusion had {refused}")
+    finally:
+        for q, level in zip(quiet, levels):
+            q.setLevel(level)
     optimized.save_model_to_file(model_file)
     after = _op_counts(load_graph(model_file))
     fusions = {op: after[op] for op in FUSED_OPS if after.get(op, 0) > before.get(op, 0)}
-    return {"tool": "onnxruntime.transformers.optimizer (model_type bert, opt_level 0)",
-            "fusions": fusions, "nodes_before": sum(before.values()), "nodes_after": sum(after.values())}
+    return {"tool": "onnxruntime.transformers.optimizer (model_type bert, opt_level 0, "
+                    f"num_heads {num_heads}, hidden_size {width})",
+            "fusions": fusions, "attention": attention,
+            "nodes_before": sum(before.values()), "nodes_after": sum(after.values())}
+
+
+_ATTENTION_OPS = ("Attention", "MultiHeadAttention")
+
+
+def _attention_report(model, heads, head_size: int) -> dict:
+    """The fused attention nodes of ``model`` against the head count of each layer (``heads``).
+
+    A fused node's ``num_heads`` must be what its own weights imply (query width /
+    head size); when every layer fused, the i-th node must have layer i's count.
+    ``wrong`` (only when something is) says what did not hold.
+    """
+    from onnx import helper
+
+    initializers = {i.name: i for i in model.graph.initializer}
+    fused, implied = [], []
+    for node in model.graph.node:
+        if node.op_type not in _ATTENTION_OPS:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        fused.append(int(attrs.get("num_heads", 0)))
+        width = None
+        if "qkv_hidden_sizes" in attrs:
+            width = int(attrs["qkv_hidden_sizes"][0])
+        else:
+            # Attention: input 1 the packed [in, 3 * width] weight; MultiHeadAttention: input 3 its bias
+            index = 1 if node.op_type == "Attention" else 3
+            tensor = initializers.get(node.input[index]) if len(node.input) > index else None
+            if tensor is not None and tensor.dims:
+                width = int(tensor.dims[-1]) // 3
+        implied.append(width // head_size if width and head_size and width % head_size == 0 else None)
+    report = {"layers": len(heads) if heads else None, "heads": heads, "fused": fused}
+    wrong = [f"node {i} num_heads {n}, its weights {m} heads"
+             for i, (n, m) in enumerate(zip(fused, implied)) if m is not None and n != m]
+    if heads and len(fused) == len(heads) and fused != heads:
+        wrong.append(f"num_heads {fused} for layers with {heads} heads")
+    if wrong:
+        report["wrong"] = "; ".join(wrong)
+    elif heads and len(fused) < len(heads):
+        report["note"] = (f"attention fused in {len(fused)} of {len(heads)} layers; the rest run "
+                          "unfused (MatMul, Softmax)")
+    return report
+
+
+def _layer_heads(net):
+    """The head count of each layer (pruning may have made them differ), or None for a model the
+    toolkit's architecture table does not describe."""
+    from compressor.shapes import shape_of
+
+    try:
+        return shape_of(net)["heads"]
+    except (CompressorError, AttributeError, KeyError, StopIteration, TypeError):
+        return None
 
 
 def _op_counts(model) -> dict:
