@@ -15,15 +15,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export COMPRESSOR_PROGRESS=0 PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
 WORK=${WORK:-$HOME/ddp}; DEVICE=${DEVICE:-cuda}; LIMITS=${LIMITS:-}   # LIMITS: --train-limit N ... for a dry run
 mkdir -p "$WORK" "$OUT"
-python3 - "$SRC" "$WORK/mpnet" <<'PY'
-import os, shutil, sys
-from safetensors.torch import load_file, save_file
-src, dst = sys.argv[1:]
-shutil.copytree(src, dst, dirs_exist_ok=True)
-w = load_file(os.path.join(src, "model.safetensors"))
-save_file({k: v.float() if v.is_floating_point() else v for k, v in w.items()},
-          os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
-PY
+python3 -m bench.experiments.widen "$SRC" "$WORK/mpnet"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpus.txt" || true
 : > "$OUT/commands.txt"
 run() { echo "$*" >> "$OUT/commands.txt"; echo "+ $*"; "$@"; }

@@ -12,15 +12,7 @@ SRC=$1; GLUE=$2; OUT=$3
 export COMPRESSOR_PROGRESS=0 PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
 WORK=${WORK:-$HOME/prune}; DEVICE=${DEVICE:-cuda}; LIMITS=${LIMITS:-}   # LIMITS: --train-limit N ... for a dry run
 mkdir -p "$WORK" "$OUT"
-python3 - "$SRC" "$WORK/minilm" <<'PY'
-import os, shutil, sys
-from safetensors.torch import load_file, save_file
-src, dst = sys.argv[1:]
-shutil.copytree(src, dst, dirs_exist_ok=True)
-w = load_file(os.path.join(src, "model.safetensors"))
-save_file({k: v.float() if v.is_floating_point() else v for k, v in w.items()},
-          os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
-PY
+python3 -m bench.experiments.widen "$SRC" "$WORK/minilm"
 : > "$OUT/commands.txt"
 run() { echo "$*" | sed "s|$HOME/|~/|g" >> "$OUT/commands.txt"; echo "+ $*"; "$@"; }
 run python3 -m compressor finetune --model "$WORK/minilm" --task sst2 --data-dir "$GLUE" \
