@@ -7,14 +7,7 @@
 # The teacher travels as FP16 weights (a call carries 64 MiB) and is widened back to FP32 here.
 set -euo pipefail
 SRC=$1; GLUE=$2; OUT=$3
-python3 - "$SRC" /tmp/teacher <<'PY'
-import os, shutil, sys
-from safetensors.torch import load_file, save_file
-src, dst = sys.argv[1:]
-shutil.copytree(src, dst, dirs_exist_ok=True)
-w = load_file(os.path.join(src, "model.safetensors"))
-save_file({k: v.float() for k, v in w.items()}, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
-PY
+python3 -m bench.experiments.widen "$SRC" /tmp/teacher
 export COMPRESSOR_PROGRESS=0 GLUE_DIR=$GLUE
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" || true
 python3 -m compressor bench --teacher /tmp/teacher --peers none --device cuda --precisions fp32,fp16,bf16 \
