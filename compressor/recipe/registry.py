@@ -33,7 +33,9 @@ STAGES: Dict[str, StageType] = {}
 
 # Each method's package registers its stages in its own module, listed here.
 _STAGE_MODULES = ("compressor.recipe.builtin", "compressor.distill.stage", "compressor.prune.stage",
-                  "compressor.quantize.stage", "compressor.export.stage", "compressor.bench.stage")
+                  "compressor.quantize.stage", "compressor.export.stage", "compressor.bench.stage",
+                  "compressor.theseus.stage",
+                  "compressor.share.stage")
 _loaded = False
 
 

@@ -1,0 +1,140 @@
+"""BERT-of-Theseus as a recipe stage (``theseus``) and as one call (:func:`theseus`).
+
+Phase 1 (replacing): each group of predecessor layers is replaced by its successor with
+probability p at every step, the predecessor frozen; dev scores use the successors alone.
+Phase 2 (fine-tuning): the successors alone, an ordinary ``num_layers``-layer model, are
+fine-tuned. The loss is the task's, plus ``kd.weight`` times soft targets from the
+predecessor (the input model) where that weight is not 0.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import time
+from dataclasses import asdict
+from typing import Optional
+
+import torch
+
+from ..arch import arch_of
+from ..data import load_data
+from ..device import resolve_device
+from ..distill.losses import logits_mse, soft_cross_entropy
+from ..io import check_output_dir, versions
+from ..metrics import task_score
+from ..models import checkpoint_meta, count_parameters, load_for_task, resolve_model, save_checkpoint, size_on_disk
+from ..recipe.registry import register_stage
+from ..scoring import score
+from ..settings import config_from_dict
+from ..train import fit, set_seed
+from .config import TheseusConfig
+from .replace import Replacing, group_sizes, successor_model, theseus_model
+
+
+class TheseusLoss:
+    """``loss_fn(model, batch)``: the task loss, plus soft targets from the frozen predecessor."""
+
+    def __init__(self, teacher=None, weight: float = 0.0, temperature: float = 1.0):
+        self.teacher, self.weight, self.temperature = teacher, weight, temperature
+
+    def __call__(self, model, batch: dict) -> torch.Tensor:
+        out = model(**batch)
+        loss = out.loss
+        if self.teacher is not None and self.weight:
+            inputs = {k: v for k, v in batch.items() if k != "labels"}
+            with torch.no_grad():
+                t_logits = self.teacher(**inputs).logits
+            soft = (logits_mse(out.logits, t_logits) if out.logits.shape[-1] == 1
+                    else soft_cross_entropy(out.logits, t_logits, self.temperature))
+            loss = loss + self.weight * soft
+        if not loss.requires_grad:
+            # a replacing step that drew no successor: nothing trainable ran, no weight moves
+            loss = loss.detach().requires_grad_(True)
+        return loss
+
+
+def run_theseus(model, tokenizer, train_set, dev_set, config: TheseusConfig, desc: str = "theseus"):
+    """Compress the task ``model`` (changed in place) into its successors; return the
+    ``num_layers``-layer model and the record."""
+    config.check()
+    set_seed(config.seed)
+    device = resolve_device(config.device)
+    spec = arch_of(model)
+    layers_before = spec.num_layers(model.config)
+    sizes = group_sizes(layers_before, config.num_layers)
+    parameters_before = count_parameters(model)
+    start = time.perf_counter()
+    model.to(device)
+    before = score(model, tokenizer, dev_set, config.max_length, max(64, config.batch_size), device,
+                   desc="score predecessor")
+    teacher = None
+    if config.kd.weight:
+        teacher = copy.deepcopy(model).eval()
+        teacher.requires_grad_(False)
+    loss_fn = TheseusLoss(teacher, config.kd.weight, config.kd.temperature)
+    theseus_model(model, config.num_layers, config.init, config.freeze_shared)
+    replacing = Replacing(config.schedule, config.rate, config.k, config.b)
+    phases = []
+    result = fit(model, tokenizer, train_set, dev_set, config.phase_config("replacing"), loss_fn,
+                 desc=f"{desc} (replacing)", callbacks=[replacing])
+    phases.append({"phase": "replacing", "replacing": replacing.summary(), **result})
+    model = successor_model(model)
+    if config.finetune_epochs or config.max_steps:
+        set_seed(config.seed)
+        result = fit(model, tokenizer, train_set, dev_set, config.phase_config("finetune"), loss_fn,
+                     desc=f"{desc} (finetune)")
+        phases.append({"phase": "finetune", **result})
+    model.to("cpu").eval()
+    if teacher is not None:
+        teacher.to("cpu")
+    best = phases[-1]["best"]
+    return model, {
+        "metrics": best["metrics"], "score": best["score"], "split": "dev",
+        "parameters": count_parameters(model), "parameters_before": parameters_before,
+        "layers": config.num_layers, "layers_before": layers_before, "groups": sizes,
+        "metrics_before": before, "score_before": task_score(dev_set.task, before),
+        "phases": phases, "train_time_s": round(time.perf_counter() - start, 2)}
+
+
+@register_stage("theseus", TheseusConfig)
+def theseus_stage(ctx, config: TheseusConfig) -> dict:
+    """BERT-of-Theseus: replace groups of layers by one successor layer each, then fine-tune those."""
+    model, tokenizer = load_for_task(ctx.model_dir, ctx.task)
+    model, record = run_theseus(model, tokenizer, ctx.split("train"), ctx.split("dev"), config,
+                                desc=f"theseus {ctx.task.name}")
+    save_checkpoint(model, tokenizer, ctx.out_dir, ctx.meta("theseus", config.max_length))
+    return record
+
+
+def theseus(model: str, out: str, config=None, task: Optional[str] = None,
+            data_dir: Optional[str] = None, train_limit: Optional[int] = None,
+            dev_limit: Optional[int] = None, overwrite: bool = False, user_data=None,
+            **settings) -> dict:
+    """Compress the task checkpoint ``model`` by module replacing into a new checkpoint ``out``.
+
+    ``config`` is a :class:`TheseusConfig` (or a mapping such as ``{"num_layers": 3,
+    "schedule": "linear", "kd": {"weight": 1}}``); keyword ``settings`` are merged into a
+    mapping. Writes ``out/metrics.json`` (scores before and after, each phase's history)
+    and returns that record.
+    """
+    from ..io import write_json
+    from ..scoring import _task_for
+
+    if config is None or isinstance(config, dict):
+        config = config_from_dict(TheseusConfig, {**(config or {}), **settings}, what="theseus")
+    config.check()
+    path = resolve_model(model)
+    task_spec, _ = _task_for(path, task)
+    check_output_dir(out, overwrite)
+    train_set = load_data(task_spec, "train", data_dir, train_limit, user_data)
+    dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
+    start = time.perf_counter()
+    net, tokenizer = load_for_task(path, task_spec)
+    net, record = run_theseus(net, tokenizer, train_set, dev_set, config,
+                              desc=f"theseus {task_spec.name}")
+    save_checkpoint(net, tokenizer, out, checkpoint_meta(task_spec, config.max_length, "theseus"))
+    record.update({"task": task_spec.name, "model": model, "wall_time_s":
+                   round(time.perf_counter() - start, 2), "size_bytes": size_on_disk(out),
+                   "config": asdict(config), "versions": versions()})
+    write_json(os.path.join(out, "metrics.json"), record)
+    return record
