@@ -38,7 +38,7 @@ _HEADS_WIDTH_ATTRS = ("all_head_size", "dim")
 # and handed to every layer as ``position_bias`` [batch, heads, query, key]).
 HEAD_INDEX = "compressor_head_index"
 _SHARED_BIAS_ARG = "position_bias"
-SHAPE_KEYS = ("layers", "heads", "ffn", "head_index", "shared")
+SHAPE_KEYS = ("layers", "heads", "ffn", "head_index", "shared", "embedding_rank")
 
 
 def shape_of(model: nn.Module) -> dict:
@@ -56,6 +56,9 @@ def shape_of(model: nn.Module) -> dict:
     shared = shared_names(model)
     if shared:
         shape["shared"] = shared
+    rank = _embedding_rank(model)
+    if rank:
+        shape["embedding_rank"] = rank   # the word embedding is E1 (vocab x rank) · E2 (rank x width)
     return shape
 
 
@@ -64,7 +67,7 @@ def is_plain(shape: Optional[dict], config) -> bool:
     if not shape:
         return True
     spec = arch_of(config)
-    return (not shape.get("shared") and not shape.get("head_index")
+    return (not shape.get("shared") and not shape.get("head_index") and not shape.get("embedding_rank")
             and shape.get("layers", spec.num_layers(config)) == spec.num_layers(config)
             and all(h == spec.num_heads(config) for h in shape.get("heads", ()))
             and all(f == spec.ffn_size(config) for f in shape.get("ffn", ())))
@@ -237,6 +240,10 @@ def build_model(config, shape: Optional[dict], attn_implementation: Optional[str
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
     model = AutoModelForSequenceClassification.from_config(config, **kwargs)
     resize_layers(model, heads=shape.get("head_index") or shape.get("heads"), ffn=shape.get("ffn"))
+    if shape.get("embedding_rank"):
+        from .share.layers import factorise_embedding
+
+        factorise_embedding(model, int(shape["embedding_rank"]), init=False)
     return tie_shared(model, shape.get("shared") or {})
 
 
@@ -245,6 +252,12 @@ def build_model(config, shape: Optional[dict], attn_implementation: Optional[str
 def _head_size(config) -> int:
     spec = arch_of(config)
     return spec.hidden_size(config) // spec.num_heads(config)
+
+
+def _embedding_rank(model: nn.Module) -> Optional[int]:
+    from .share.layers import embedding_rank_of
+
+    return embedding_rank_of(model)
 
 
 def _in_width(module: nn.Module) -> int:

@@ -67,13 +67,15 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
         input_names = _graph_inputs(os.path.join(tmp, MODEL_FILE))
         optimization = optimize_graph(os.path.join(tmp, MODEL_FILE), net.config,
                                       heads=_layer_heads(net)) if optimize else None
+        deduplicated = dedupe_initializers(os.path.join(tmp, MODEL_FILE))
         manifest = {
             "format": FORMAT, "model_file": MODEL_FILE, "task": task_spec.name,
             "task_spec": meta.get("task_spec") or _task_dict(task_spec),
             "labels": list(task_spec.labels) if task_spec.labels else None,
             "regression": task_spec.is_regression, "max_length": max_length,
             "inputs": input_names, "opset": opset, "exporter": used, "precision": "fp32",
-            "optimization": optimization, "source": os.path.abspath(path),
+            "optimization": optimization, "deduplicated_initializers": deduplicated,
+            "source": os.path.abspath(path),
             "model_type": getattr(net.config, "model_type", type(net).__name__),
             "versions": _versions(),
         }
@@ -257,6 +259,60 @@ def _versions() -> dict:
     except Exception:
         pass
     return info
+
+
+def dedupe_initializers(model_file: str) -> int:
+    """Store each distinct constant tensor of the graph once, in place; returns how many went.
+
+    Weights shared across layers (``compressor.share``) are one initializer in the exported
+    graph, but graph fusions make a new one per use (the optimizer's fused query-key-value
+    weight of each attention layer), so a shared weight would count once per layer on disk.
+    Initializers equal in type, shape and bytes are merged, every use renamed to the first.
+    A graph whose weights live in external data files is left as it is.
+    """
+    import onnx
+
+    model = load_graph(model_file, load_external_data=False)
+    graph = model.graph
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in graph.initializer):
+        return 0
+    first, rename, keep = {}, {}, []
+    for tensor in graph.initializer:
+        bare = onnx.TensorProto()
+        bare.CopyFrom(tensor)
+        bare.name = ""
+        key = bare.SerializeToString()   # type, shape and values: all but the name
+        if key in first:
+            rename[tensor.name] = first[key]
+        else:
+            first[key] = tensor.name
+            keep.append(tensor)
+    if not rename:
+        return 0
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    kept_inputs = [i for i in graph.input if i.name not in rename]
+    del graph.input[:]
+    graph.input.extend(kept_inputs)
+
+    def relink(g):
+        for node in g.node:
+            for i, name in enumerate(node.input):
+                if name in rename:
+                    node.input[i] = rename[name]
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    relink(sub)
+        for out in g.output:
+            if out.name in rename:   # an initializer that is also a graph output keeps its name
+                raise ValueError(out.name)
+
+    try:
+        relink(graph)
+    except ValueError:
+        return 0
+    onnx.save(model, model_file)
+    return len(rename)
 
 
 # -- graph optimisation --------------------------------------------------
