@@ -38,7 +38,7 @@ _HEADS_WIDTH_ATTRS = ("all_head_size", "dim")
 # and handed to every layer as ``position_bias`` [batch, heads, query, key]).
 HEAD_INDEX = "compressor_head_index"
 _SHARED_BIAS_ARG = "position_bias"
-SHAPE_KEYS = ("layers", "heads", "ffn", "head_index", "shared", "embedding_rank")
+SHAPE_KEYS = ("layers", "heads", "ffn", "head_index", "shared", "embedding_rank", "adapter_rank")
 
 
 def shape_of(model: nn.Module) -> dict:
@@ -59,6 +59,11 @@ def shape_of(model: nn.Module) -> dict:
     rank = _embedding_rank(model)
     if rank:
         shape["embedding_rank"] = rank   # the word embedding is E1 (vocab x rank) · E2 (rank x width)
+    from .share.layers import adapter_rank_of
+
+    adapters = adapter_rank_of(model)
+    if adapters:
+        shape["adapter_rank"] = adapters  # shared Linears (``<path>.base``) with per-layer low-rank terms
     return shape
 
 
@@ -68,6 +73,7 @@ def is_plain(shape: Optional[dict], config) -> bool:
         return True
     spec = arch_of(config)
     return (not shape.get("shared") and not shape.get("head_index") and not shape.get("embedding_rank")
+            and not shape.get("adapter_rank")
             and shape.get("layers", spec.num_layers(config)) == spec.num_layers(config)
             and all(h == spec.num_heads(config) for h in shape.get("heads", ()))
             and all(f == spec.ffn_size(config) for f in shape.get("ffn", ())))
@@ -244,6 +250,10 @@ def build_model(config, shape: Optional[dict], attn_implementation: Optional[str
         from .share.layers import factorise_embedding
 
         factorise_embedding(model, int(shape["embedding_rank"]), init=False)
+    if shape.get("adapter_rank"):
+        from .share.layers import rebuild_adapters
+
+        rebuild_adapters(model, shape.get("shared") or {}, int(shape["adapter_rank"]))
     return tie_shared(model, shape.get("shared") or {})
 
 

@@ -218,3 +218,31 @@ def test_share_api_recovers_and_saves(tmp_path, minilm_dir, glue_dir):
     model, _ = load_for_task(str(tmp_path / "shared"))
     layers = _layers(model)
     assert layers[0].attention.self.query is layers[1].attention.self.query
+
+
+def test_adapters_start_from_each_layers_difference_and_round_trip(tmp_path, minilm_dir):
+    from compressor.data import get_task
+    from compressor.models import checkpoint_meta, load_for_task, read_meta, save_checkpoint
+    from compressor.share.layers import LowRankAdapted
+
+    base = _classifier(layers=2)
+    original = [layer.intermediate.dense.weight.detach().clone() for layer in _layers(base)]
+    errors = []
+    for rank in (2, 32):
+        model = copy.deepcopy(base)
+        share_layers(model, "ffn", init="mean", adapter_rank=rank)
+        layers = _layers(model)
+        adapted = [layer.intermediate.dense for layer in layers]
+        assert all(isinstance(a, LowRankAdapted) for a in adapted)
+        assert adapted[0] is not adapted[1] and adapted[0].base is adapted[1].base
+        errors.append(float(torch.linalg.norm(adapted[1].weight.detach() - original[1])))
+    assert errors[1] < 1e-4 < errors[0]     # full rank gives each layer its own weight back
+    tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    save_checkpoint(model, tok, str(tmp_path / "m"), checkpoint_meta(get_task("sst2"), 32, "test"))
+    assert read_meta(str(tmp_path / "m"))["shape"]["adapter_rank"] == 32
+    loaded, _ = load_for_task(str(tmp_path / "m"))
+    la = [layer.intermediate.dense for layer in _layers(loaded)]
+    assert la[0].base is la[1].base and la[0] is not la[1]
+    batch = _inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits, rtol=0, atol=0)

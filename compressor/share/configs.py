@@ -33,6 +33,7 @@ class ShareConfig:
     init: str = setting("mean", choices=INIT)          # shared weights start from the group's mean, or one layer
     index: int = setting(0, check=_index)              # init index: which layer of each group (0-based)
     embedding_rank: int = setting(0, check=not_negative)   # factorise the word embedding at this rank; 0: keep it
+    adapter_rank: int = setting(0, check=not_negative)     # per-layer low-rank correction of each shared Linear; 0: none
     recover: RecoverSettings = field(default_factory=RecoverSettings)
     max_length: int = setting(128, check=positive)
     seed: int = 42

@@ -40,12 +40,14 @@ def groups_of(n_layers: int, group: int) -> List[List[int]]:
 
 
 def share_layers(model: nn.Module, what: str = "all", group: int = 0, init: str = "mean",
-                 index: int = 0) -> Dict:
+                 index: int = 0, adapter_rank: int = 0) -> Dict:
     """Share ``what`` across each group of ``group`` consecutive layers, in place.
 
     ``init="index"``: the shared weights are those of the group's ``index``-th layer (the
     last layer of a shorter final group where it has fewer); ``"mean"``: the mean of the
-    group's weights. Returns ``{"groups": [...], "shared_modules": n, "parameters_before",
+    group's weights. ``adapter_rank`` r > 0 gives each layer's shared Linear its own
+    :class:`LowRankAdapted` correction, initialised by the rank-r truncated SVD of that
+    layer's weight minus the shared one (biases stay shared). Returns ``{"groups": [...], "shared_modules": n, "parameters_before",
     "parameters_after"}``.
     """
     if what not in WHAT:
@@ -59,6 +61,8 @@ def share_layers(model: nn.Module, what: str = "all", group: int = 0, init: str 
         raise CompressorError(f"share: group {group} does not fit a model of {n} layers "
                               f"(0 shares the whole stack)")
     size = group or n
+    if adapter_rank < 0:
+        raise CompressorError(f"share: adapter_rank must not be negative, got {adapter_rank}")
     if not 0 <= index < size:
         raise CompressorError(f"share: index {index} is no layer of a group of {size}")
     from ..models import count_parameters
@@ -76,6 +80,8 @@ def share_layers(model: nn.Module, what: str = "all", group: int = 0, init: str 
                 continue   # nothing to share (an Identity norm)
             _check_alike(modules, path, members)
             anchor = modules[members.index(source)]
+            originals = [m.weight.detach().clone() for m in modules] \
+                if adapter_rank and isinstance(anchor, nn.Linear) else None
             if init == "mean":
                 with torch.no_grad():
                     for name, p in anchor.named_parameters():
@@ -84,6 +90,10 @@ def share_layers(model: nn.Module, what: str = "all", group: int = 0, init: str 
                 if layers[i].get_submodule(path) is not anchor:
                     _set(layers[i], path, anchor)
                     done += 1
+            if originals is not None:
+                for i, weight in zip(members, originals):
+                    _set(layers[i], path, LowRankAdapted(anchor, adapter_rank,
+                                                         weight - anchor.weight.detach()))
     return {"groups": groups, "what": what, "init": init, "shared_modules": done,
             "parameters_before": before, "parameters_after": count_parameters(model)}
 
@@ -101,6 +111,60 @@ def _check_alike(modules: List[nn.Module], path: str, members: List[int]) -> Non
 def _set(layer: nn.Module, path: str, module: nn.Module) -> None:
     parent, _, leaf = path.rpartition(".")
     setattr(layer.get_submodule(parent) if parent else layer, leaf, module)
+
+
+class LowRankAdapted(nn.Module):
+    """A (shared) Linear ``base`` plus this layer's own low-rank correction: ``up(down(x))``."""
+
+    def __init__(self, base: nn.Linear, rank: int, difference: Optional[torch.Tensor] = None):
+        super().__init__()
+        out_features, in_features = base.weight.shape
+        rank = min(rank, out_features, in_features)
+        self.base, self.rank = base, rank
+        self.in_features, self.out_features = in_features, out_features
+        self.down = nn.Linear(in_features, rank, bias=False).to(base.weight.device, base.weight.dtype)
+        self.up = nn.Linear(rank, out_features, bias=False).to(base.weight.device, base.weight.dtype)
+        with torch.no_grad():
+            if difference is None:
+                self.up.weight.zero_()
+            else:   # truncated SVD: difference ~ (U_r sqrt S_r)(sqrt S_r V_r^T)
+                u, s, vh = torch.linalg.svd(difference.float(), full_matrices=False)
+                root = s[:rank].sqrt()
+                self.up.weight.copy_(u[:, :rank] * root)
+                self.down.weight.copy_(root[:, None] * vh[:rank])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + self.up(self.down(x))
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The effective weight of this layer (shared weight plus its correction)."""
+        return self.base.weight + self.up.weight @ self.down.weight
+
+    @property
+    def bias(self):
+        return self.base.bias
+
+
+ADAPTED = ".base"
+
+
+def adapter_rank_of(model: nn.Module) -> Optional[int]:
+    ranks = {m.rank for m in model.modules() if isinstance(m, LowRankAdapted)}
+    return max(ranks) if ranks else None
+
+
+def rebuild_adapters(model: nn.Module, shared: Dict[str, str], rank: int) -> None:
+    """Wrap each Linear that ``shared`` ties through an adapter (``<path>.base``) in a fresh
+    :class:`LowRankAdapted` of ``rank``, ready for its saved weights (``compressor.shapes``)."""
+    paths = {name[:-len(ADAPTED)] for pair in shared.items() for name in pair if name.endswith(ADAPTED)}
+    for path in sorted(paths):
+        parent, _, leaf = path.rpartition(".")
+        holder = model.get_submodule(parent) if parent else model
+        linear = getattr(holder, leaf, None)
+        if not isinstance(linear, nn.Linear):
+            raise CompressorError(f"shape.adapter_rank: {path} is no Linear this model has")
+        setattr(holder, leaf, LowRankAdapted(linear, rank))
 
 
 # -- factorised embedding ------------------------------------------------------

@@ -32,7 +32,8 @@ def apply_sharing(model: torch.nn.Module, config: ShareConfig) -> dict:
     """Share ``model``'s layers and factorise its embedding as ``config`` says, in place (no training)."""
     record = {}
     if config.share != "none":
-        record["layers"] = share_layers(model, config.share, config.group, config.init, config.index)
+        record["layers"] = share_layers(model, config.share, config.group, config.init, config.index,
+                                       config.adapter_rank)
     if config.embedding_rank:
         record["embedding"] = factorise_embedding(model, config.embedding_rank)
     return record
