@@ -214,3 +214,56 @@ def test_recipe_validate_names_the_line_of_a_bad_theseus_setting(tmp_path, capsy
     assert any(line.startswith(f"{recipe}:7:") and "schedule" in line for line in lines), err
     assert any(line.startswith(f"{recipe}:8:") and "weight" in line for line in lines), err
     assert any(line.startswith(f"{recipe}:9:") and "replacing_epochs" in line for line in lines), err
+
+
+def test_two_gloo_processes_replace_modules(tmp_path, minilm_dir, glue_dir):
+    """Under data parallel a successor whose group was not replaced still gets a (zero)
+    gradient: without one, DDP stops at the next step."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    teacher = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"""name: ddp-theseus
+task: sst2
+data: {{train_limit: 96, dev_limit: 16}}
+teacher: {teacher}
+device: cpu
+stages:
+  - theseus: {{num_layers: 1, rate: 0.5, replacing_epochs: 2, finetune_epochs: 1, batch_size: 8,
+               max_length: 16, freeze_shared: false}}
+""")
+    env = {**os.environ, "COMPRESSOR_PROGRESS": "0", "PYTHONPATH": root}
+    done = subprocess.run([sys.executable, "-m", "compressor", "run", str(recipe), "--out",
+                           str(tmp_path / "two"), "--data-dir", glue_dir, "--nproc", "2"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((tmp_path / "two" / "01-theseus" / "record.json").read_text())
+    replacing = record["phases"][0]
+    assert replacing["processes"] == 2 and replacing["steps"] == 24
+    assert 0 < replacing["replacing"]["replaced_share"] < 1   # steps without the successor ran
+    config = json.loads((tmp_path / "two" / "01-theseus" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 1
+
+
+def test_the_api_writes_a_checkpoint_and_its_record(tmp_path, minilm_dir, glue_dir):
+    import json
+
+    from compressor.errors import CompressorError
+    from compressor.models import load_for_task
+    from compressor.theseus import theseus
+
+    model = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
+    out = tmp_path / "small"
+    record = theseus(model, str(out), {"num_layers": 1, "replacing_epochs": 1, "finetune_epochs": 0},
+                     data_dir=glue_dir, train_limit=32, dev_limit=16, batch_size=16, max_length=16)
+    assert [p["phase"] for p in record["phases"]] == ["replacing"]
+    saved = json.load(open(out / "metrics.json"))
+    assert saved["score"] == record["score"] and saved["layers_before"] == 2
+    assert load_for_task(str(out))[0].config.num_hidden_layers == 1
+    with pytest.raises(CompressorError, match="num_layers must be between 1 and the model's 2"):
+        theseus(model, str(tmp_path / "x"), num_layers=3, data_dir=glue_dir, train_limit=8,
+                dev_limit=8)
