@@ -94,7 +94,7 @@ def unwrap(model):
     return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
 
 
-def _accelerator(config: TrainConfig, device: torch.device, model: torch.nn.Module):
+def _accelerator(config: TrainConfig, device: torch.device):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
     from accelerate.utils import DistributedDataParallelKwargs
@@ -106,11 +106,8 @@ def _accelerator(config: TrainConfig, device: torch.device, model: torch.nn.Modu
     if not alone:
         distributed.init(config.device)
     precision = {"fp32": "no"}.get(config.precision, config.precision)
-    # Gradients live in the all-reduce buckets (no copy per step). Buffers are sent from rank 0
-    # before every forward only where training changes them (batch-norm statistics); an
-    # encoder's buffers are constants (position ids), and sending them is a collective per step.
-    running_stats = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
-    ddp = DistributedDataParallelKwargs(broadcast_buffers=running_stats, gradient_as_bucket_view=True)
+    # gradients live in the all-reduce buckets (no copy per step)
+    ddp = DistributedDataParallelKwargs(gradient_as_bucket_view=True)
     return Accelerator(cpu=device.type == "cpu", mixed_precision=precision,
                        gradient_accumulation_steps=config.grad_accum, device_placement=False,
                        kwargs_handlers=[ddp])
@@ -185,7 +182,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
     world = distributed.world_size()
     device = resolve_device(config.device)
     check_precision(config.precision, device)
-    accelerator = _accelerator(config, device, model)
+    accelerator = _accelerator(config, device)
     task = train_set.task
     model.to(device)
     items = encode(tokenizer, train_set.examples, config.max_length, model.config)
