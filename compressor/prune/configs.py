@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from ..errors import CompressorError
 from ..settings import (check_fields, from_values, not_negative, picks_type_by, positive,
@@ -68,19 +68,16 @@ class RecoverSettings(TrainConfig):
         return TrainConfig(**{k: getattr(self, k) for k in names})
 
 
-@picks_type_by("method")
 @dataclass
-class PruneConfig:
-    """Base of every pruning method's config; ``method`` says which type it is."""
+class RecoveringConfig:
+    """Settings of every method that changes a trained model and then recovers it by training
+    (pruning, sharing): the recovery, the teacher it distils from, the data and the device."""
 
-    method: str = tag("structured")
     recover: RecoverSettings = field(default_factory=RecoverSettings)
-    importance_rows: int = setting(512, check=positive)   # training rows that importance is measured on
-    batch_size: int = setting(32, check=positive)         # for importance passes
     max_length: int = setting(128, check=positive)
     seed: int = 42
     device: str = setting("auto", check=device_setting)
-    teacher: str = "input"       # distillation recovery: input (the unpruned model), recipe, or a folder
+    teacher: str = "input"       # distillation recovery: input (the unchanged model), recipe, or a folder
 
     def __post_init__(self):
         self.recover = from_values(RecoverSettings, self.recover, "recover")
@@ -89,6 +86,16 @@ class PruneConfig:
         check_fields(self)
         check_fields(self.recover)
         self.recover.check()
+
+
+@picks_type_by("method")
+@dataclass
+class PruneConfig(RecoveringConfig):
+    """Base of every pruning method's config; ``method`` says which type it is."""
+
+    method: str = tag("structured")
+    importance_rows: int = setting(512, check=positive)   # training rows that importance is measured on
+    batch_size: int = setting(32, check=positive)         # for importance passes
 
 
 @variant

@@ -8,10 +8,9 @@ unpruned model stays available as ``job.teacher`` for distillation recovery.
 from __future__ import annotations
 
 import copy
-import os
 import random
-from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Iterator, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -121,6 +120,27 @@ class PruneJob:
 
             callbacks.append(LayerDrop(self.config.recover.layerdrop))
         return callbacks
+
+
+def load_with_teacher(model_dir: str, task, config, teacher_dir: Optional[str] = None):
+    """``(model, tokenizer, teacher, teacher_tokenizer)`` for a method that recovers as
+    ``config.recover`` says: the teacher (for distillation only) is an unchanged copy of the
+    model (``config.teacher`` input), the recipe's teacher (recipe) or a folder."""
+    from ..models import load_for_task, resolve_model
+
+    distill = config.recover.mode == "distill"
+    attn = "eager" if distill and config.recover.losses.needs_attentions else None
+    model, tokenizer = load_for_task(model_dir, task, attn_implementation=attn)
+    if not distill:
+        return model, tokenizer, None, None
+    if config.teacher == "input":
+        return model, tokenizer, frozen_copy(model), tokenizer
+    source = teacher_dir if config.teacher == "recipe" else resolve_model(config.teacher)
+    if not source:
+        raise CompressorError("teacher 'recipe' means the recipe's teacher, and there is none "
+                              "here; use teacher: input or a folder")
+    teacher, teacher_tok = load_for_task(source, task, attn_implementation=attn)
+    return model, tokenizer, teacher, teacher_tok
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

@@ -20,7 +20,6 @@ relative-position bias is sliced per layer there).
 """
 from __future__ import annotations
 
-import math
 import os
 from typing import Dict, List, Optional, Sequence
 

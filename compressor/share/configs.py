@@ -5,13 +5,12 @@ the unshared model (``teacher: input``), run by ``compressor.prune.job.PruneJob.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import CompressorError
-from ..prune.configs import RecoverSettings
-from ..settings import check_fields, from_values, not_negative, positive, setting
-from ..settings import device as device_setting
+from ..prune.configs import RecoveringConfig
+from ..settings import not_negative, setting
 from .layers import INIT, WHAT
 
 
@@ -25,7 +24,7 @@ def _index(value, name, config=None) -> Optional[str]:
 
 
 @dataclass
-class ShareConfig:
+class ShareConfig(RecoveringConfig):
     """ALBERT-style sharing of a trained encoder's layers, and/or a factorised word embedding."""
 
     share: str = setting("all", choices=WHAT)          # all layer weights, attention, ffn, or none
@@ -34,19 +33,9 @@ class ShareConfig:
     index: int = setting(0, check=_index)              # init index: which layer of each group (0-based)
     embedding_rank: int = setting(0, check=not_negative)   # factorise the word embedding at this rank; 0: keep it
     adapter_rank: int = setting(0, check=not_negative)     # per-layer low-rank correction of each shared Linear; 0: none
-    recover: RecoverSettings = field(default_factory=RecoverSettings)
-    max_length: int = setting(128, check=positive)
-    seed: int = 42
-    device: str = setting("auto", check=device_setting)
-    teacher: str = "input"       # distillation recovery: input (the unshared model), recipe, or a folder
-
-    def __post_init__(self):
-        self.recover = from_values(RecoverSettings, self.recover, "recover")
 
     def check(self) -> None:
-        check_fields(self)
-        check_fields(self.recover)
-        self.recover.check()
+        super().check()
         if self.share == "none" and not self.embedding_rank:
             raise CompressorError("share: share none and embedding_rank 0 change nothing; "
                                   "share all, attention or ffn, or give an embedding_rank")

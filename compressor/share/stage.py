@@ -7,22 +7,15 @@ tensor once in ``model.safetensors``, the ties and the embedding rank in ``compr
 """
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import asdict
 from typing import Optional
 
 import torch
 
-from ..data import load_data
 from ..device import resolve_device
-from ..errors import CompressorError
-from ..io import check_output_dir, versions, write_json
-from ..models import (checkpoint_meta, count_parameters, load_for_task, resolve_model,
-                      save_checkpoint, size_on_disk)
-from ..prune.job import PruneJob, frozen_copy
+from ..models import count_parameters, save_checkpoint
+from ..prune.job import PruneJob, load_with_teacher
 from ..recipe.registry import register_stage
-from ..settings import config_from_dict
 from ..train import set_seed
 from .configs import ShareConfig
 from .layers import factorise_embedding, share_layers
@@ -45,19 +38,7 @@ def share_loaded(model_dir: str, task, train_set, dev_set, config: ShareConfig, 
     config.check()
     set_seed(config.seed)
     device = resolve_device(config.device)
-    losses = config.recover.losses if config.recover.mode == "distill" else None
-    attn = "eager" if losses is not None and losses.needs_attentions else None
-    model, tokenizer = load_for_task(model_dir, task, attn_implementation=attn)
-    teacher = teacher_tok = None
-    if config.recover.mode == "distill":
-        if config.teacher == "input":
-            teacher, teacher_tok = frozen_copy(model), tokenizer
-        else:
-            source = teacher_dir if config.teacher == "recipe" else resolve_model(config.teacher)
-            if not source:
-                raise CompressorError("share: teacher 'recipe' has no recipe teacher here; use "
-                                      "teacher: input or a folder")
-            teacher, teacher_tok = load_for_task(source, task, attn_implementation=attn)
+    model, tokenizer, teacher, teacher_tok = load_with_teacher(model_dir, task, config, teacher_dir)
     job = PruneJob(model=model.to(device), tokenizer=tokenizer, train_set=train_set,
                    dev_set=dev_set, config=config, device=device, teacher=teacher,
                    teacher_tokenizer=teacher_tok)
@@ -96,20 +77,9 @@ def share(model: str, out: str, config=None, task: Optional[str] = None,
     keyword ``settings`` are merged into a mapping. Writes ``out/metrics.json`` with
     the scores before and after, and returns that record.
     """
-    from ..scoring import _task_for
+    from ..methods import on_checkpoint
 
-    if config is None or isinstance(config, dict):
-        config = config_from_dict(ShareConfig, {**(config or {}), **settings}, what="share")
-    path = resolve_model(model)
-    task_spec, _ = _task_for(path, task)
-    check_output_dir(out, overwrite)
-    train_set = load_data(task_spec, "train", data_dir, train_limit, user_data)
-    dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
-    start = time.perf_counter()
-    meta = checkpoint_meta(task_spec, config.max_length, "share")
-    record = share_loaded(path, task_spec, train_set, dev_set, config, out, meta)
-    record.update({"task": task_spec.name, "model": model, "wall_time_s":
-                   round(time.perf_counter() - start, 2), "size_bytes": size_on_disk(out),
-                   "config": asdict(config), "versions": versions()})
-    write_json(os.path.join(out, "metrics.json"), record)
-    return record
+    return on_checkpoint(model, out, ShareConfig, config, settings, "share",
+                         lambda path, task_spec, train, dev, config, out, meta: share_loaded(
+                             path, task_spec, train, dev, config, out, meta),
+                         task, data_dir, train_limit, dev_limit, overwrite, user_data)

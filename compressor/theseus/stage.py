@@ -9,23 +9,18 @@ predecessor (the input model) where that weight is not 0.
 from __future__ import annotations
 
 import copy
-import os
 import time
-from dataclasses import asdict
 from typing import Optional
 
 import torch
 
 from ..arch import arch_of
-from ..data import load_data
 from ..device import resolve_device
 from ..distill.losses import logits_mse, soft_cross_entropy
-from ..io import check_output_dir, versions
 from ..metrics import task_score
-from ..models import checkpoint_meta, count_parameters, load_for_task, resolve_model, save_checkpoint, size_on_disk
+from ..models import count_parameters, load_for_task, save_checkpoint
 from ..recipe.registry import register_stage
 from ..scoring import score
-from ..settings import config_from_dict
 from ..train import fit, set_seed
 from .config import TheseusConfig
 from .replace import Replacing, group_sizes, successor_model, theseus_model
@@ -117,24 +112,14 @@ def theseus(model: str, out: str, config=None, task: Optional[str] = None,
     mapping. Writes ``out/metrics.json`` (scores before and after, each phase's history)
     and returns that record.
     """
-    from ..io import write_json
-    from ..scoring import _task_for
+    from ..methods import on_checkpoint
 
-    if config is None or isinstance(config, dict):
-        config = config_from_dict(TheseusConfig, {**(config or {}), **settings}, what="theseus")
-    config.check()
-    path = resolve_model(model)
-    task_spec, _ = _task_for(path, task)
-    check_output_dir(out, overwrite)
-    train_set = load_data(task_spec, "train", data_dir, train_limit, user_data)
-    dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
-    start = time.perf_counter()
-    net, tokenizer = load_for_task(path, task_spec)
-    net, record = run_theseus(net, tokenizer, train_set, dev_set, config,
-                              desc=f"theseus {task_spec.name}")
-    save_checkpoint(net, tokenizer, out, checkpoint_meta(task_spec, config.max_length, "theseus"))
-    record.update({"task": task_spec.name, "model": model, "wall_time_s":
-                   round(time.perf_counter() - start, 2), "size_bytes": size_on_disk(out),
-                   "config": asdict(config), "versions": versions()})
-    write_json(os.path.join(out, "metrics.json"), record)
-    return record
+    def run(path, task_spec, train_set, dev_set, config, out, meta):
+        net, tokenizer = load_for_task(path, task_spec)
+        net, record = run_theseus(net, tokenizer, train_set, dev_set, config,
+                                  desc=f"theseus {task_spec.name}")
+        save_checkpoint(net, tokenizer, out, meta)
+        return record
+
+    return on_checkpoint(model, out, TheseusConfig, config, settings, "theseus", run,
+                         task, data_dir, train_limit, dev_limit, overwrite, user_data)

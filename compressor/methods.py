@@ -1,0 +1,42 @@
+"""What every method that turns one task checkpoint into another shares as a Python call
+(``prune``, ``share``, ``theseus``): the config from a mapping, the task, the data, the
+output folder, and ``metrics.json`` beside the new checkpoint."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict
+from typing import Callable, Optional
+
+
+def on_checkpoint(model: str, out: str, config_cls: type, config, settings: dict, what: str,
+                  run: Callable, task: Optional[str] = None, data_dir: Optional[str] = None,
+                  train_limit: Optional[int] = None, dev_limit: Optional[int] = None,
+                  overwrite: bool = False, user_data=None) -> dict:
+    """Run ``run(path, task_spec, train_set, dev_set, config, out, meta) -> record`` on the task
+    checkpoint ``model``, writing the new checkpoint to ``out`` (refused if ``out`` is a
+    non-empty folder unless ``overwrite``); ``config`` is a ``config_cls`` or a mapping
+    (``settings`` merged in). Writes ``out/metrics.json`` (the record, the task, the model,
+    wall time, size, config, versions) and returns it."""
+    from .data import load_data
+    from .io import check_output_dir, versions, write_json
+    from .models import checkpoint_meta, resolve_model, size_on_disk
+    from .scoring import _task_for
+    from .settings import config_from_dict
+
+    if config is None or isinstance(config, dict):
+        config = config_from_dict(config_cls, {**(config or {}), **settings}, what=what)
+    config.check()
+    path = resolve_model(model)
+    task_spec, _ = _task_for(path, task)
+    check_output_dir(out, overwrite)
+    train_set = load_data(task_spec, "train", data_dir, train_limit, user_data)
+    dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
+    start = time.perf_counter()
+    meta = checkpoint_meta(task_spec, config.max_length, what)
+    record = run(path, task_spec, train_set, dev_set, config, out, meta)
+    record.update({"task": task_spec.name, "model": model,
+                   "wall_time_s": round(time.perf_counter() - start, 2),
+                   "size_bytes": size_on_disk(out), "config": asdict(config), "versions": versions()})
+    write_json(os.path.join(out, "metrics.json"), record)
+    return record
