@@ -246,3 +246,19 @@ def test_adapters_start_from_each_layers_difference_and_round_trip(tmp_path, min
     batch = _inputs()
     with torch.no_grad():
         torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits, rtol=0, atol=0)
+
+
+def test_share_command_writes_a_shared_model_and_refuses_bad_settings(tmp_path, capsys, minilm_dir, glue_dir):
+    from compressor.cli import main
+    from compressor.models import read_meta
+    from test_cli import assert_one_line_error, run_cli
+
+    source = save_sst2_classifier(tmp_path / "model", minilm_dir)
+    main(["share", "--model", source, "--out", str(tmp_path / "shared"), "--set", "share=ffn",
+          "--recover", "mode=none", "--data-dir", glue_dir, "--train-limit", "16", "--dev-limit", "16"])
+    assert "shared model:" in capsys.readouterr().out
+    assert read_meta(str(tmp_path / "shared"))["shape"]["shared"]
+    code, _, err = run_cli(capsys, "share", "--model", source, "--out", str(tmp_path / "x"),
+                           "--set", "share=heads", "--data-dir", glue_dir)
+    assert_one_line_error(code, err, "share")
+    assert not (tmp_path / "x").exists()

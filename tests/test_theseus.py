@@ -267,3 +267,18 @@ def test_the_api_writes_a_checkpoint_and_its_record(tmp_path, minilm_dir, glue_d
     with pytest.raises(CompressorError, match="num_layers must be between 1 and the model's 2"):
         theseus(model, str(tmp_path / "x"), num_layers=3, data_dir=glue_dir, train_limit=8,
                 dev_limit=8)
+
+
+def test_theseus_command_writes_the_smaller_model(tmp_path, capsys, minilm_dir, glue_dir):
+    from compressor.cli import main
+    from compressor.models import load_for_task
+
+    model = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
+    main(["theseus", "--model", model, "--out", str(tmp_path / "small"), "--set", "num_layers=1",
+          "--set", "replacing_epochs=1", "--set", "finetune_epochs=0", "--set", "batch_size=16",
+          "--set", "kd.weight=1", "--data-dir", glue_dir, "--train-limit", "32", "--dev-limit", "16"])
+    assert "compressed model:" in capsys.readouterr().out
+    assert load_for_task(str(tmp_path / "small"))[0].config.num_hidden_layers == 1
+    code, _, err = run_cli(capsys, "theseus", "--model", model, "--out", str(tmp_path / "x"),
+                           "--set", "schedule=sometimes", "--data-dir", glue_dir)
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "schedule" in err
