@@ -25,7 +25,7 @@ import json
 import os
 import time
 
-from bench.experiments.sparse_latency import THREADS, graph_facts, log, timed_rounds
+from bench.experiments.sparse_latency import THREADS, compared, log, measure, timing_config
 
 FALLBACK_HEADS = "7,6,5,4,5,9"            # what the H100 run (heads 0.5, ffn 0.5, 2 steps) kept
 FALLBACK_FFN = "893,555,615,717,1038,790"
@@ -112,8 +112,6 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     args = ap.parse_args()
 
-    import numpy as np
-
     from compressor.bench.harness import fingerprint, percentiles
     from compressor.data import load_split
     from compressor.export import export_onnx
@@ -168,32 +166,24 @@ def main():
             scores[f"{base}-{precision}"] = score_onnx(folder, dev)
             log(f"scored {base}-{precision}: {scores[f'{base}-{precision}']} ({time.perf_counter() - t:.0f} s)")
     built_s = time.perf_counter() - start
-    facts = {name: graph_facts(folder) for name, folder in folders.items()}
-    load_before = os.getloadavg()
-    times = timed_rounds(folders, args.data_dir, args.sentences, args.rounds, args.warmup)
-    load_after = os.getloadavg()
-    p50 = {name: float(np.median(sum(rounds, []))) for name, rounds in times.items()}
+    measured = measure(folders, args)
     rows = []
     for name, folder in folders.items():
         base, precision = name.rsplit("-", 1)
         ref = f"teacher-{precision}"
         with open(os.path.join(folder, "manifest.json")) as f:
             manifest = json.load(f)
-        info = {k: facts[name][k] for k in ("size_bytes", "gzip_bytes")}
+        info = {k: measured["facts"][name][k] for k in ("size_bytes", "gzip_bytes")}
         accuracy = 100 * scores[name]["accuracy"]
         teacher_accuracy = 100 * scores[ref]["accuracy"]
+        figures = compared(measured, name, ref, "teacher")
         extra = {
             "precision": precision, "path": shown_path(folder),
             "heads": heads[base], "ffn": built["ffn"] if base == "pruned" else teacher_shape["ffn"],
             **info,
-            "speed_vs_teacher": round(p50[ref] / p50[name], 3),
-            # the same, paired within each round (drift between rounds cancels): the median
-            "speed_vs_teacher_paired": round(float(np.median(
-                [np.median(a) / np.median(b) for a, b in zip(times[ref], times[name])])), 3),
-            "size_vs_teacher": round(info["size_bytes"] / facts[ref]["size_bytes"], 3),
+            **{k: figures[k] for k in ("speed_vs_teacher", "speed_vs_teacher_paired", "size_vs_teacher")},
             "parameters_vs_teacher": round(params[base] / params["teacher"], 3),
-            "round_p50_ms": [round(1000 * float(np.median(r)), 3) for r in times[name]],
-            "sentences": sum(len(r) for r in times[name]),
+            **{k: figures[k] for k in ("round_p50_ms", "sentences")},
             "attention_nodes": fusion[base][f"attention_nodes_{precision}"],
             "quantization": manifest.get("quantization")}
         if base == "pruned":
@@ -206,7 +196,7 @@ def main():
                         None if base == "pruned" else round(teacher_accuracy, 2),
                         parameters=params[base], size_bytes=info["size_bytes"], engine="onnxruntime",
                         device="cpu", threads=THREADS, batch_size=1,
-                        latency_ms=percentiles(sum(times[name], [])), extra=extra))
+                        latency_ms=percentiles(sum(measured["times"][name], [])), extra=extra))
     for r in rows:
         x = r["extra"]
         log(f"{r['name']:13s} p50 {r['latency_ms']['p50']:7.3f} ms p90 {r['latency_ms']['p90']:7.3f} ms "
@@ -224,12 +214,8 @@ def main():
                    for k, v in scores.items()},
         "score_data": f"{dev.source} ({len(dev)} rows, score_onnx: Predictor, one sentence at a time)",
         "quantization": "compressor quantize: onnxruntime dynamic INT8, preset auto",
-        "timing": {"sentences_per_round": args.sentences, "rounds": args.rounds, "warmup": args.warmup,
-                   "threads": THREADS, "batch_size": 1, "process_per_variant_and_round": True,
-                   "order": "rotating per round", "data": dev.source,
-                   "timer": "bench.experiments.sparse_latency --time (harness build + interleaved_latency)",
-                   "load_average_before": [round(v, 2) for v in load_before],
-                   "load_average_after": [round(v, 2) for v in load_after]},
+        "timing": {**timing_config(args, dev, measured),
+                   "timer": "bench.experiments.sparse_latency --time (harness build + interleaved_latency)"},
         "wall_time_s": round(time.perf_counter() - start, 1), "build_time_s": round(built_s, 1)})
     log(f"wrote {args.out} in {time.perf_counter() - start:.0f} s")
 

@@ -116,6 +116,44 @@ def timed_rounds(folders: dict, data_dir: str, sentences: int, rounds: int, warm
     return times
 
 
+def measure(folders: dict, args) -> dict:
+    """Every variant's graph facts and timed rounds (``timed_rounds``), its pooled p50, and the
+    load average before and after the timing."""
+    import numpy as np
+
+    facts = {name: graph_facts(folder) for name, folder in folders.items()}
+    load_before = os.getloadavg()
+    times = timed_rounds(folders, args.data_dir, args.sentences, args.rounds, args.warmup)
+    load_after = os.getloadavg()
+    return {"facts": facts, "times": times, "load": (load_before, load_after),
+            "p50": {name: float(np.median(sum(rounds, []))) for name, rounds in times.items()}}
+
+
+def compared(measured: dict, name: str, ref: str, label: str) -> dict:
+    """``name``'s timing figures and its speed and size against ``ref`` (keys ``*_vs_<label>``)."""
+    import numpy as np
+
+    times, p50, facts = measured["times"], measured["p50"], measured["facts"]
+    return {
+        f"speed_vs_{label}": round(p50[ref] / p50[name], 3),
+        # the same, paired within each round (drift between rounds cancels): the median
+        f"speed_vs_{label}_paired": round(float(np.median(
+            [np.median(a) / np.median(b) for a, b in zip(times[ref], times[name])])), 3),
+        f"size_vs_{label}": round(facts[name]["size_bytes"] / facts[ref]["size_bytes"], 3),
+        "round_p50_ms": [round(1000 * float(np.median(r)), 3) for r in times[name]],
+        "sentences": sum(len(r) for r in times[name])}
+
+
+def timing_config(args, dev, measured: dict) -> dict:
+    """How the variants were timed, for a results file's config."""
+    before, after = measured["load"]
+    return {"sentences_per_round": args.sentences, "rounds": args.rounds, "warmup": args.warmup,
+            "threads": THREADS, "batch_size": 1, "process_per_variant_and_round": True,
+            "order": "rotating per round", "data": dev.source,
+            "load_average_before": [round(v, 2) for v in before],
+            "load_average_after": [round(v, 2) for v in after]}
+
+
 def graph_facts(folder: str) -> dict:
     """Bytes of model.onnx as written and gzip-compressed, and the share of exact zeros among
     the graph's weight matrices (initializers of two or more dimensions)."""
@@ -157,8 +195,6 @@ def main():
     if not args.out:
         ap.error("--out is required")
 
-    import numpy as np
-
     from compressor.bench.harness import fingerprint, percentiles
     from compressor.data import load_split
     from compressor.results import command_line, row, shown_path, write_results
@@ -167,34 +203,26 @@ def main():
     dev = load_split("sst2", "dev", data_dir=args.data_dir)
     folders, pruning = build_models(args.work, args.data_dir, dev)
     built_s = time.perf_counter() - start
-    facts = {name: graph_facts(folder) for name, folder in folders.items()}
-    load_before = os.getloadavg()
-    times = timed_rounds(folders, args.data_dir, args.sentences, args.rounds, args.warmup)
-    load_after = os.getloadavg()
-    p50 = {name: float(np.median(sum(rounds, []))) for name, rounds in times.items()}
+    measured = measure(folders, args)
     rows = []
     for name, folder in folders.items():
         base, precision = name.rsplit("-", 1)
         dense = f"dense-{precision}"
         with open(os.path.join(folder, "manifest.json")) as f:
             manifest = json.load(f)
-        info = facts[name]
+        info, facts = measured["facts"][name], measured["facts"]
+        figures = compared(measured, name, dense, "dense")
         rows.append(row(
             name, "sst2", "accuracy", None, None, parameters=pruning["parameters"],
             size_bytes=info["size_bytes"], engine="onnxruntime", device="cpu", threads=THREADS,
-            batch_size=1, latency_ms=percentiles(sum(times[name], [])), extra={
+            batch_size=1, latency_ms=percentiles(sum(measured["times"][name], [])), extra={
                 "precision": precision, "path": shown_path(folder),
                 "encoder_sparsity": pruning["sparsity"] if base == "sparse90" else 0.0,
                 "model_zero_share": pruning["model_zero_share"] if base == "sparse90" else None,
                 **info,
-                "speed_vs_dense": round(p50[dense] / p50[name], 3),
-                # the same, paired within each round (drift between rounds cancels): the median
-                "speed_vs_dense_paired": round(float(np.median(
-                    [np.median(d) / np.median(s) for d, s in zip(times[dense], times[name])])), 3),
-                "size_vs_dense": round(info["size_bytes"] / facts[dense]["size_bytes"], 3),
+                **{k: figures[k] for k in ("speed_vs_dense", "speed_vs_dense_paired", "size_vs_dense")},
                 "gzip_vs_dense": round(info["gzip_bytes"] / facts[dense]["gzip_bytes"], 3),
-                "round_p50_ms": [round(1000 * float(np.median(r)), 3) for r in times[name]],
-                "sentences": sum(len(r) for r in times[name]),
+                **{k: figures[k] for k in ("round_p50_ms", "sentences")},
                 "quantization": manifest.get("quantization"),
                 "note": "value is None: the classification head is untrained (speed and size only)"}))
     for r in rows:
@@ -207,11 +235,7 @@ def main():
         "pruning": {k: pruning[k] for k in ("method", "scope", "schedule", "target_sparsity", "sparsity",
                                               "chosen_weights", "pruned_weights", "model_zero_share")},
         "quantization": "compressor quantize: onnxruntime dynamic INT8, preset auto",
-        "timing": {"sentences_per_round": args.sentences, "rounds": args.rounds, "warmup": args.warmup,
-                   "threads": THREADS, "batch_size": 1, "process_per_variant_and_round": True,
-                   "order": "rotating per round", "data": dev.source,
-                   "load_average_before": [round(v, 2) for v in load_before],
-                   "load_average_after": [round(v, 2) for v in load_after]},
+        "timing": timing_config(args, dev, measured),
         "wall_time_s": round(time.perf_counter() - start, 1), "build_time_s": round(built_s, 1)})
     log(f"wrote {args.out} in {time.perf_counter() - start:.0f} s")
 
