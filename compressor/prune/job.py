@@ -94,12 +94,11 @@ class PruneJob:
 
             if self.teacher is None:
                 raise CompressorError("distillation recovery needs the unpruned model as teacher")
-            # a student whose tokenizer changed (vocabulary pruning) must not feed the teacher
-            # its ids: the teacher's logits are then computed once, from its own tokenizer
-            same = self.teacher_tokenizer is None or self.teacher_tokenizer is self.tokenizer
+            # DistillConfig caches the teacher's logits, computed from the teacher's own
+            # tokenizer, so a student whose tokenizer changed (vocabulary pruning) never feeds the
+            # teacher its ids; layer losses with two tokenizers are refused by distill_model
             config = DistillConfig(**{k: getattr(train, k) for k in type(train).__dataclass_fields__},
-                                   losses=settings.losses,
-                                   cache_teacher_logits=True if not same else DistillConfig.cache_teacher_logits)
+                                   losses=settings.losses)
             student, _, result = distill_model(self.teacher, self.teacher_tokenizer or self.tokenizer,
                                                self.train_set, self.dev_set, config, desc=desc,
                                                student=self.model, student_tokenizer=self.tokenizer,
