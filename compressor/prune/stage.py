@@ -21,7 +21,7 @@ from .job import PruneJob, load_with_teacher
 
 
 def prune_loaded(model_dir: str, task, train_set, dev_set, config: PruneConfig, out_dir: str,
-                 meta: dict, teacher_dir: Optional[str] = None, desc: str = "prune") -> dict:
+                 meta: dict, teacher_dir: Optional[str] = None) -> dict:
     """Prune the checkpoint ``model_dir`` into ``out_dir``; return the stage record."""
     config.check()
     set_seed(config.seed)
@@ -54,7 +54,7 @@ def prune_stage(ctx, config: PruneConfig) -> dict:
     """Remove heads, FFN neurons, layers, word pieces or single weights, then recover."""
     return prune_loaded(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config,
                         ctx.out_dir, ctx.meta("prune", config.max_length),
-                        teacher_dir=ctx.teacher_dir, desc=f"prune {ctx.task.name}")
+                        teacher_dir=ctx.teacher_dir)
 
 
 def prune(model: str, out: str, config=None, task: Optional[str] = None,
@@ -70,7 +70,5 @@ def prune(model: str, out: str, config=None, task: Optional[str] = None,
     """
     from ..methods import on_checkpoint
 
-    return on_checkpoint(model, out, PruneConfig, config, settings, "prune",
-                         lambda path, task_spec, train, dev, config, out, meta: prune_loaded(
-                             path, task_spec, train, dev, config, out, meta),
+    return on_checkpoint(model, out, PruneConfig, config, settings, "prune", prune_loaded,
                          task, data_dir, train_limit, dev_limit, overwrite, user_data)

@@ -79,7 +79,5 @@ def share(model: str, out: str, config=None, task: Optional[str] = None,
     """
     from ..methods import on_checkpoint
 
-    return on_checkpoint(model, out, ShareConfig, config, settings, "share",
-                         lambda path, task_spec, train, dev, config, out, meta: share_loaded(
-                             path, task_spec, train, dev, config, out, meta),
+    return on_checkpoint(model, out, ShareConfig, config, settings, "share", share_loaded,
                          task, data_dir, train_limit, dev_limit, overwrite, user_data)
