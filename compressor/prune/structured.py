@@ -187,8 +187,7 @@ def _targets(original: Sequence[int], fraction: float, step: int, steps: int, sc
 @register_pruner(StructuredPruneConfig)
 def prune_structured(job, config: StructuredPruneConfig) -> dict:
     """Remove ``heads`` and ``ffn`` shares of the model's heads and FFN neurons."""
-    model = job.model.to(job.device)
-    first = shape_of(model)
+    first = shape_of(job.model)
     original = {"heads": list(first["heads"]), "ffn": list(first["ffn"])}
     steps: List[dict] = []
     first_scores = None
