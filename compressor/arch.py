@@ -42,6 +42,8 @@ class ArchSpec:
     ffn_out: str = ""
     ffn_norm: str = ""
     classifier: str = ""          # the head, relative to the task model
+    post_embeddings: str = ""     # a module between the embeddings and layer 1 (ELECTRA's projection)
+    final_norm: str = ""          # a module after the last layer, before the head (ModernBERT's norm)
     ffn_gated: bool = False       # ffn_in is [input; gate], each ffn_size rows
     # config attribute names
     num_layers_key: str = "num_hidden_layers"
@@ -116,6 +118,17 @@ class ArchSpec:
         fresh.load_state_dict(weights)
         first = next(layer.parameters())
         return fresh.to(device=first.device, dtype=first.dtype).train(layer.training)
+
+    def has_module(self, model: nn.Module, path: str) -> bool:
+        """Whether ``path`` (relative to the task model, or to its bare encoder) is there."""
+        prefix = self.base + "."
+        return bool(path) and (_has(model, path) or (path.startswith(prefix)
+                                                     and _has(model, path[len(prefix):])))
+
+    def resolve(self, model: nn.Module, path: str) -> str:
+        """``path`` as it is spelt on ``model`` (a task model, or its bare encoder)."""
+        prefix = self.base + "."
+        return path if _has(model, path) else path[len(prefix):]
 
     def get_classifier(self, model: nn.Module) -> Optional[nn.Module]:
         return _get(model, self.classifier) if _has(model, self.classifier) else None
@@ -203,7 +216,8 @@ ARCHITECTURES: Dict[str, ArchSpec] = {
     # BERT's layers; embeddings of embedding_size are projected to hidden_size
     # (electra.embeddings_project) before the first layer, so hidden state 0 is hidden_size wide
     "electra": ArchSpec("electra", base="electra", embeddings="electra.embeddings",
-                        layers="electra.encoder.layer", classifier="classifier", **_BERT_LAYER),
+                        layers="electra.encoder.layer", classifier="classifier",
+                        post_embeddings="electra.embeddings_project", **_BERT_LAYER),
     "distilbert": ArchSpec(
         "distilbert", base="distilbert", embeddings="distilbert.embeddings",
         layers="distilbert.transformer.layer", classifier="classifier",
@@ -224,7 +238,7 @@ ARCHITECTURES: Dict[str, ArchSpec] = {
     # (dense, activation, norm) over the first token or the mean
     "modernbert": ArchSpec(
         "modernbert", base="model", embeddings="model.embeddings", layers="model.layers",
-        classifier="classifier",
+        classifier="classifier", final_norm="model.final_norm",
         qkv="attn.Wqkv", attention_output="attn.Wo", attention_norm="attn_norm",
         ffn_in="mlp.Wi", ffn_out="mlp.Wo", ffn_norm="mlp_norm", ffn_gated=True,
         uses_token_type_ids=False, layer_position_arg="layer_id"),

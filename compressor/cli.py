@@ -257,7 +257,7 @@ def _print_metrics(record):
 # Each method's package adds its own commands: a module here defines ``register(cli)``.
 _COMMAND_MODULES = ("compressor.distill.cli", "compressor.prune.cli", "compressor.share.cli",
                     "compressor.theseus.cli", "compressor.quantize.cli",
-                    "compressor.export.cli", "compressor.bench.cli")
+                    "compressor.export.cli", "compressor.bench.cli", "compressor.exit.cli")
 
 
 def _add_commands():

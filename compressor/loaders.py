@@ -36,6 +36,8 @@ HOMES = {
     "small": "compressor.distill.small",
     "torch-quantized": "compressor.quantize.torch_int8",
     "onnx": "compressor.export.loader",
+    "early-exit": "compressor.exit.model",
+    "early-exit-onnx": "compressor.exit.runtime_loader",
 }
 
 

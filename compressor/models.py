@@ -290,7 +290,8 @@ def save_model(model, folder: str) -> Tuple[str, Optional[dict]]:
     kind = getattr(model, "compressor_kind", "hf")
     if kind != "hf":
         model.save_pretrained(folder)
-        return kind, None
+        # a wrapper around an encoder (exit heads) records the encoder's shape, for its loader
+        return kind, getattr(model, "compressor_shape", None)
     from safetensors.torch import save_file
 
     shape = shape_of(model)

@@ -35,7 +35,7 @@ STAGES: Dict[str, StageType] = {}
 _STAGE_MODULES = ("compressor.recipe.builtin", "compressor.distill.stage", "compressor.prune.stage",
                   "compressor.quantize.stage", "compressor.export.stage", "compressor.bench.stage",
                   "compressor.theseus.stage",
-                  "compressor.share.stage")
+                  "compressor.share.stage", "compressor.exit.stage")
 _loaded = False
 
 

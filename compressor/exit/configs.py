@@ -1,0 +1,97 @@
+"""The settings of early exit (no torch here: the command line reads them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from ..quantize.presets import PRESET_NAMES
+from ..settings import check_fields, from_values, not_negative, positive, setting
+from ..train_config import TrainConfig
+from .rules import RULES
+
+TRAINING = ("two_stage", "self_distill", "joint")
+WEIGHTINGS = ("linear", "uniform")
+MEASURES = ("score", "agreement")
+
+
+def _layers(value, name, config=None):
+    if value is None or value == "all":
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, int) and v >= 1 for v in value):
+        return f"{name} is 'all' or a list of layer numbers from 1, got {value!r}"
+    return None
+
+
+def _share(value, name, config=None):
+    if not 0 < value <= 1:
+        return f"{name} is a share in (0, 1], got {value}"
+    return None
+
+
+@dataclass
+class CalibrateSettings:
+    """Picking the threshold: on ``rows`` training rows held out from exit training (never dev),
+    the cheapest threshold whose score keeps ``target`` of the model's own."""
+
+    rows: int = setting(2000, check=positive)     # training rows held out for the choice
+    target: float = setting(0.99, check=_share)   # retention to meet on them
+    measure: str = setting("score", choices=MEASURES)   # score (labels) or agreement (with the model's own predictions)
+
+
+@dataclass
+class EarlyExitConfig(TrainConfig):
+    """Exit heads after ``layers`` (``all``: every layer but the last, whose exit is the model's
+    own classifier), trained by ``training``:
+
+    - ``two_stage`` (DeeBERT's second stage): the model fixed, each exit learns the labels;
+    - ``self_distill`` (FastBERT): the model fixed, each exit learns the model's own soft
+      targets at ``temperature`` (labels unused: unlabelled text suffices);
+    - ``joint``: the model and its exits together on a weighted sum of every exit's task loss
+      (``weighting`` linear: exit i weighs i, as PABEE and DeeBERT's joint baseline).
+
+    With the model fixed, the first-token states at each exit are computed once for all
+    training rows (``cache``) and the heads train on them alone. Then ``rule`` is calibrated.
+    """
+
+    epochs: float = setting(2.0, check=TrainConfig.__dataclass_fields__["epochs"].metadata["check"])
+    lr: float = setting(5e-4, check=positive)
+    warmup: float = setting(0.0, check=TrainConfig.__dataclass_fields__["warmup"].metadata["check"])
+    layers: Optional[List[int]] = setting(None, check=_layers)   # None / all: every layer but the last
+    training: str = setting("two_stage", choices=TRAINING)
+    temperature: float = setting(2.0, check=positive)    # self_distill
+    weighting: str = setting("linear", choices=WEIGHTINGS)   # joint
+    dropout: float = setting(0.1, check=not_negative)
+    cache: bool = True            # model fixed: compute each exit's input once
+    rule: str = setting("entropy", choices=RULES)
+    tolerance: float = setting(0.1, check=not_negative)   # patience on a regression task
+    calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
+
+    def __post_init__(self):
+        if self.layers == "all":
+            self.layers = None
+        self.calibrate = from_values(CalibrateSettings, self.calibrate, "calibrate")
+
+    def check(self) -> None:
+        check_fields(self)
+        check_fields(self.calibrate)
+
+    def train_config(self) -> TrainConfig:
+        names = TrainConfig.__dataclass_fields__
+        return TrainConfig(**{k: getattr(self, k) for k in names})
+
+
+@dataclass
+class ExitExportConfig:
+    """The exits as ONNX segments: fused, and dynamic INT8 with ``preset`` unless ``int8`` is off."""
+
+    opset: int = 17
+    optimize: bool = True
+    int8: bool = True
+    preset: str = setting("auto", choices=PRESET_NAMES)
+    parity: bool = True           # chained segments against the PyTorch early-exit model on dev rows
+    parity_rows: int = setting(200, check=positive)
+    threads: Optional[int] = setting(None, check=lambda v, n, c=None: None if v is None or v >= 1
+                                     else f"{n} must be at least 1, got {v}")
+
+    def check(self) -> None:
+        check_fields(self)

@@ -1,0 +1,22 @@
+"""Kind ``early-exit-onnx`` for ``compressor.models.load_for_task``: the segment chain behind a
+classifier's call, so ``eval`` and ``predict`` score it one sentence at a time, as it is timed."""
+from __future__ import annotations
+
+from compressor.errors import CompressorError
+from compressor.loaders import register_loader
+
+KIND = "early-exit-onnx"
+
+
+@register_loader(KIND, pytorch=False, describe="an early-exit ONNX export (segments)")
+def load_segments(path: str, task=None, **_):
+    from compressor.export.loader import GraphTokenizer, OnnxClassifier
+
+    from .runtime import SegmentChain
+
+    chain = SegmentChain(path)
+    model = OnnxClassifier(chain)   # it asks only for run, inputs, labels, regression, manifest
+    if task is not None and model.config.num_labels != task.num_labels:
+        raise CompressorError(f"{path} classifies into {model.config.num_labels} labels but task "
+                              f"{task.name} has {task.num_labels}")
+    return model, GraphTokenizer(chain)

@@ -1,0 +1,136 @@
+"""Early exit as recipe stages (``early_exit``, ``early_exit_export``) and as Python calls
+(:func:`early_exit`, :func:`export_exits`)."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+from ..models import count_parameters, load_for_task, save_checkpoint
+from ..recipe.registry import TRAINABLE, register_stage
+from .configs import EarlyExitConfig, ExitExportConfig
+from .model import KIND, EarlyExitModel
+from .runtime_loader import KIND as ONNX_KIND
+
+
+def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig,
+                   desc: str = "early exit"):
+    """Wrap the task ``model`` with exits, train them, calibrate the rule on held-out training
+    rows; return the :class:`EarlyExitModel` and the record (dev scored once, at the end)."""
+    from ..device import resolve_device
+    from ..train import set_seed
+    from .train import calibrate_model, exit_report, hold_out, train_exits
+
+    config.check()
+    set_seed(config.seed)
+    device = resolve_device(config.device)
+    start = time.perf_counter()
+    parameters_before = count_parameters(model)
+    net = EarlyExitModel(model, config.layers, config.dropout, tolerance=config.tolerance)
+    fit_set, held = hold_out(train_set, config.calibrate.rows, config.seed)
+    training = train_exits(net, tokenizer, fit_set, held, config, desc=desc)
+    calibration = calibrate_model(net, tokenizer, held, config, device, desc=f"{desc}: calibrate")
+    report = exit_report(net, tokenizer, dev_set, config.max_length, device, desc=f"{desc}: dev")
+    net.to("cpu").eval()
+    return net, {
+        "metrics": report["metrics"], "score": report["score"], "split": "dev",
+        "metrics_before": report["metrics_without_exits"],
+        "score_before": report["score_without_exits"],
+        "parameters": count_parameters(net), "parameters_before": parameters_before,
+        "exit_layers": net.exit_layers, "layers": net.total_layers, "rule": net.rule,
+        "threshold": net.threshold, "calibration": calibration, "dev": report,
+        "training": training, "train_rows": len(fit_set), "calibration_rows": len(held),
+        "train_time_s": round(time.perf_counter() - start, 2)}
+
+
+@register_stage("early_exit", EarlyExitConfig, accepts=(TRAINABLE,), produces=KIND)
+def early_exit_stage(ctx, config: EarlyExitConfig) -> dict:
+    """Exit heads after the layers, trained and calibrated (entropy, patience or max probability)."""
+    model, tokenizer = load_for_task(ctx.model_dir, ctx.task)
+    net, record = run_early_exit(model, tokenizer, ctx.split("train"), ctx.split("dev"), config,
+                                 desc=f"early exit {ctx.task.name}")
+    save_checkpoint(net, tokenizer, ctx.out_dir, ctx.meta("early_exit", config.max_length))
+    return record
+
+
+@register_stage("early_exit_export", ExitExportConfig, accepts=(KIND,), produces=ONNX_KIND)
+def early_exit_export_stage(ctx, config: ExitExportConfig) -> dict:
+    """The early-exit model as chained ONNX segments (fused, INT8 by default), checked and scored."""
+    import shutil
+
+    from .segments import export_segments
+
+    dev = ctx.split("dev")
+    shutil.rmtree(ctx.out_dir, ignore_errors=True)
+    manifest = export_segments(ctx.model_dir, ctx.out_dir, config, examples=dev.examples,
+                               overwrite=True)
+    return {**score_segments(ctx.out_dir, dev, config.threads), "parity": manifest.get("parity"),
+            "precision": manifest["precision"], "size_bytes": manifest["onnx_size_bytes"],
+            "segments": [{k: s[k] for k in ("file", "layers")} |
+                         {"fusions": (s.get("optimization") or {}).get("fusions")}
+                         for s in manifest["segments"]]}
+
+
+def score_segments(folder: str, dataset, threads: Optional[int] = None) -> dict:
+    """Dev metrics of the chained segments one sentence at a time, and where rows exited."""
+    import numpy as np
+
+    from compressor.export.onnx import example_texts
+
+    from ..metrics import compute_metrics, task_score
+    from .runtime import SegmentChain
+
+    chain = SegmentChain(folder, threads=threads)
+    logits, where = chain.logits(example_texts(dataset.examples), batch_size=1, exits=True)
+    preds = logits[:, 0] if chain.regression else logits.argmax(-1)
+    metrics = compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])
+    return {"metrics": metrics, "score": task_score(dataset.task, metrics), "split": "dev",
+            "examples": len(dataset), "engine": "onnxruntime (segments)",
+            "exit_histogram": {str(layer): int((where == k).sum()) for k, layer in enumerate(chain.exits)},
+            "mean_exit_layer": round(float(np.mean([chain.exits[k] for k in where])), 4) if len(where) else None}
+
+
+def early_exit(model: str, out: str, config=None, task: Optional[str] = None,
+               data_dir: Optional[str] = None, train_limit: Optional[int] = None,
+               dev_limit: Optional[int] = None, overwrite: bool = False, user_data=None,
+               **settings) -> dict:
+    """Add exits to the task checkpoint ``model``, train and calibrate them, and write the
+    early-exit checkpoint ``out`` (kind ``early-exit``) and ``out/metrics.json``.
+
+    ``config`` is an :class:`EarlyExitConfig` or a mapping such as ``{"training": "self_distill",
+    "rule": "patience", "calibrate": {"target": 0.99}}``; keyword ``settings`` are merged in.
+    """
+    from ..methods import on_checkpoint
+
+    def run(path, task_spec, train_set, dev_set, config, out, meta):
+        net, tokenizer = load_for_task(path, task_spec)
+        net, record = run_early_exit(net, tokenizer, train_set, dev_set, config,
+                                     desc=f"early exit {task_spec.name}")
+        save_checkpoint(net, tokenizer, out, meta)
+        return record
+
+    return on_checkpoint(model, out, EarlyExitConfig, config, settings, "early_exit", run,
+                         task, data_dir, train_limit, dev_limit, overwrite, user_data)
+
+
+def export_exits(model: str, out: str, config=None, task: Optional[str] = None,
+                 data_dir: Optional[str] = None, dev_limit: Optional[int] = None,
+                 overwrite: bool = False, **settings) -> dict:
+    """Export the early-exit checkpoint ``model`` as chained ONNX segments in ``out``, score them on
+    dev (one sentence at a time) and return the manifest with that score."""
+    from ..data import load_data
+    from ..io import write_json
+    from ..scoring import _task_for
+    from ..settings import config_from_dict
+    from .segments import export_segments
+
+    if config is None or isinstance(config, dict):
+        config = config_from_dict(ExitExportConfig, {**(config or {}), **settings},
+                                  what="early_exit_export")
+    task_spec, _ = _task_for(model, task)
+    dev = load_data(task_spec, "dev", data_dir, dev_limit)
+    manifest = export_segments(model, out, config, task=task, examples=dev.examples,
+                               overwrite=overwrite)
+    manifest["dev"] = score_segments(out, dev, config.threads)
+    write_json(os.path.join(out, "manifest.json"), manifest)
+    return manifest
