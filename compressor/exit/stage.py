@@ -21,7 +21,10 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
     from ..train import set_seed
     from .train import calibrate_model, exit_report, hold_out, train_exits
 
+    from .rules import check_rule
+
     config.check()
+    check_rule(config.rule, 1, model.config.num_labels == 1)   # before any training
     set_seed(config.seed)
     device = resolve_device(config.device)
     start = time.perf_counter()

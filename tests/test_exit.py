@@ -1,0 +1,340 @@
+"""Early exit: each rule stops where it should on constructed logits; a threshold that never
+exits gives the model without exits; segments that really stop (PyTorch, and ONNX chained by
+the torch-free runtime) give the early-exit model's predictions; training, calibration, the
+checkpoint, the recipe stages and the command."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from conftest import save_sst2_classifier, tiny_config
+
+
+def _logits(probs):
+    """Logits whose softmax is ``probs`` (rows)."""
+    return np.log(np.asarray(probs, dtype=np.float64)).astype(np.float32)
+
+
+# -- rules on constructed cases --------------------------------------------------
+
+def test_entropy_exits_at_the_first_exit_below_the_threshold():
+    from compressor.exit.rules import exit_points, uncertainty
+
+    sure, unsure, middling = [0.99, 0.01], [0.5, 0.5], [0.9, 0.1]
+    exits = [_logits([sure, unsure, unsure]),      # exit 0: row 0 is sure
+             _logits([unsure, middling, unsure]),  # exit 1: row 1 is fairly sure
+             _logits([unsure, unsure, unsure])]    # the model's own: everyone left stops
+    u_mid = float(uncertainty(_logits([middling]))[0])
+    where, chosen = exit_points(exits, "entropy", u_mid + 1e-3)
+    assert where.tolist() == [0, 1, 2]
+    np.testing.assert_allclose(chosen[1], exits[1][1])
+    where, _ = exit_points(exits, "entropy", u_mid - 1e-3)   # middling is not sure enough now
+    assert where.tolist() == [0, 2, 2]
+    where, _ = exit_points(exits, "entropy", 0.0)            # never before the last
+    assert where.tolist() == [2, 2, 2]
+    assert uncertainty(_logits([unsure]))[0] == pytest.approx(1.0)
+    assert uncertainty(_logits([[1 - 1e-9, 1e-9]]))[0] < 1e-6
+
+
+def test_max_prob_exits_when_a_class_is_likely_enough():
+    from compressor.exit.rules import exit_points
+
+    exits = [_logits([[0.7, 0.2, 0.1], [0.4, 0.3, 0.3]]),
+             _logits([[0.3, 0.3, 0.4], [0.1, 0.85, 0.05]]),
+             _logits([[0.3, 0.3, 0.4], [0.3, 0.3, 0.4]])]
+    assert exit_points(exits, "max_prob", 0.69)[0].tolist() == [0, 1]
+    assert exit_points(exits, "max_prob", 0.8)[0].tolist() == [2, 1]
+    assert exit_points(exits, "max_prob", 2.0)[0].tolist() == [2, 2]
+    assert exit_points(exits, "max_prob", 0.3)[0].tolist() == [0, 0]
+
+
+def test_patience_exits_after_that_many_agreeing_exits_in_a_row():
+    from compressor.exit.rules import exit_points
+
+    a, b = [0.6, 0.4], [0.4, 0.6]
+    # predictions per exit: row 0 a a a a (final), row 1 a b b b, row 2 a b a b, row 3 b b a a
+    per_exit = [[a, a, a, b], [a, b, b, b], [a, b, a, a], [a, b, b, a], [a, a, b, a]]
+    exits = [_logits(rows) for rows in per_exit]
+    assert exit_points(exits, "patience", 1)[0].tolist() == [1, 2, 4, 1]
+    assert exit_points(exits, "patience", 2)[0].tolist() == [2, 3, 4, 4]
+    assert exit_points(exits, "patience", 0)[0].tolist() == [0, 0, 0, 0]
+    assert exit_points(exits, "patience", 4)[0].tolist() == [4, 4, 4, 4]   # never early
+
+
+def test_regression_exits_on_patience_within_the_tolerance_and_refuses_other_rules():
+    from compressor.errors import CompressorError
+    from compressor.exit.rules import RuleState, exit_points
+
+    exits = [np.array([[1.0], [1.0]], np.float32), np.array([[1.05], [2.0]], np.float32),
+             np.array([[3.0], [2.02]], np.float32), np.array([[0.0], [0.0]], np.float32)]
+    assert exit_points(exits, "patience", 1, regression=True, tolerance=0.1)[0].tolist() == [1, 2]
+    with pytest.raises(CompressorError, match="regression task exits on patience"):
+        RuleState("entropy", 0.5, 3, regression=True)
+
+
+def test_rows_leaving_the_batch_keep_their_own_patience():
+    """The runtime drops rows that stopped; the survivors' counts must stay theirs."""
+    from compressor.exit.rules import RuleState
+
+    a, b = [0.6, 0.4], [0.4, 0.6]
+    state = RuleState("patience", 1, 4)
+    assert state.step(_logits([a, a, b])).tolist() == [False, False, False]
+    stop = state.step(_logits([a, b, b]))      # rows 0 and 2 agreed once
+    assert stop.tolist() == [True, False, True]
+    state.keep(~stop)                           # row 1 alone is left
+    assert state.step(_logits([b])).tolist() == [True]
+
+
+def test_calibration_picks_the_cheapest_threshold_that_keeps_the_target():
+    from compressor.exit.rules import calibrate
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 400)
+    onehot = np.eye(2)[labels]
+    # exit 0 is sure and right on the first half, unsure and wrong on the rest; the last is right
+    first = np.where(np.arange(400)[:, None] < 200, onehot * 0.98 + 0.01, (1 - onehot) * 0.2 + 0.4)
+    exits = [_logits(first), _logits(onehot * 0.98 + 0.01)]
+    costs = np.tile([1.0, 2.0], (400, 1))
+
+    def accuracy(preds, y):
+        return float(np.mean(preds == y))
+
+    record = calibrate(exits, labels, "entropy", 0.99, accuracy, costs)
+    chosen = record["chosen"]
+    assert chosen["retention"] >= 0.99 and chosen["mean_exit"] == pytest.approx(1.5)
+    assert chosen["relative_cost"] == pytest.approx(0.75)
+    # a threshold letting the unsure half out too would cost less but keep too little
+    assert min(t["relative_cost"] for t in record["tried"]) == pytest.approx(0.5)
+    never = calibrate(exits, labels, "entropy", 1.0, accuracy, np.tile([1.0, 2.0], (400, 1)))
+    assert never["chosen"]["retention"] == 1.0
+
+
+# -- the model, its segments and their ONNX graphs ---------------------------------
+
+def _classifier(arch: str, layers: int = 3, vocab: int = 200, labels: int = 2):
+    config = tiny_config(arch)
+    if arch == "distilbert":
+        config.n_layers = layers
+    else:
+        config.num_hidden_layers = layers
+    config.num_labels, config.vocab_size = labels, vocab
+    torch.manual_seed(0)
+    return transformers.AutoModelForSequenceClassification.from_config(
+        config, attn_implementation="eager").eval()
+
+
+def _inputs(rows=5):
+    torch.manual_seed(1)
+    ids = torch.randint(5, 200, (rows, 11))
+    ids[:, 0] = 101
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[3, 4:] = 0
+    ids[mask == 0] = 0
+    return ids, mask
+
+
+def _spread_heads(model):
+    """Heads with large random weights, so rows differ in how sure each exit is."""
+    torch.manual_seed(2)
+    for head in model.heads:
+        torch.nn.init.normal_(head.out.weight, std=3.0)
+
+
+@pytest.mark.parametrize("arch", ["bert", "mpnet", "distilbert", "modernbert"])
+def test_a_threshold_that_never_exits_gives_the_model_without_exits(arch):
+    from compressor.exit.model import EarlyExitModel, run_segments
+    from compressor.exit.rules import never_exits
+
+    net = _classifier(arch)
+    ids, mask = _inputs()
+    with torch.no_grad():
+        plain = net(input_ids=ids, attention_mask=mask).logits.numpy()
+    model = EarlyExitModel(net).eval()
+    _spread_heads(model)
+    assert model.exit_layers == [1, 2] and model.exits == [1, 2, 3]
+    for rule in ("entropy", "max_prob", "patience"):
+        threshold = never_exits(rule, len(model.exits))
+        model.set_rule(rule, threshold)
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask)
+        np.testing.assert_array_equal(out.logits.numpy(), plain)
+        assert out.exit_index.tolist() == [2] * 5
+        logits, where = run_segments(model, ids, mask)
+        np.testing.assert_allclose(logits, plain, atol=1e-5)
+        assert where.tolist() == [2] * 5
+
+
+@pytest.mark.parametrize("arch", ["bert", "mpnet", "electra"])
+def test_segments_that_stop_give_the_early_exit_predictions(arch):
+    from compressor.exit.model import EarlyExitModel, run_segments
+    from compressor.exit.rules import uncertainty
+
+    model = EarlyExitModel(_classifier(arch)).eval()
+    _spread_heads(model)
+    ids, mask = _inputs(8)
+    with torch.no_grad():
+        every, _ = model.all_logits(ids, mask)
+    first = uncertainty(every[:, 0].numpy())
+    model.set_rule("entropy", float(np.median(first)))   # about half leave at the first exit
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask)
+    where = out.exit_index.numpy()
+    assert 0 < (where == 0).sum() < len(where)
+    logits, stopped = run_segments(model, ids, mask)   # rows leave the batch at their exits
+    assert stopped.tolist() == where.tolist()
+    np.testing.assert_allclose(logits, out.logits.numpy(), atol=1e-5)
+
+
+def _train_tiny(tmp_path, minilm_dir, glue_dir, **settings):
+    from compressor.exit import early_exit
+
+    teacher = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
+    config = {"epochs": 1, "batch_size": 16, "max_length": 32, "device": "cpu",
+              "calibrate": {"rows": 32}, **settings}
+    out = str(tmp_path / "ee")
+    record = early_exit(teacher, out, config, data_dir=glue_dir, train_limit=96, dev_limit=24)
+    return out, record
+
+
+def test_the_checkpoint_reloads_and_the_onnx_segments_give_the_pytorch_predictions(
+        tmp_path, minilm_dir, glue_dir):
+    from compressor.data import get_task, load_data
+    from compressor.exit import export_exits
+    from compressor.exit.model import EarlyExitModel
+    from compressor.exit.runtime import SegmentChain
+    from compressor.export.onnx import example_texts
+    from compressor.models import load_for_task
+
+    out, record = _train_tiny(tmp_path, minilm_dir, glue_dir)
+    assert record["calibration_rows"] == 32 and record["train_rows"] == 64
+    assert record["training"]["cached_rows"] > 0 and record["rule"] == "entropy"
+    meta = json.load(open(os.path.join(out, "compressor.json")))
+    assert meta["kind"] == "early-exit" and meta["shape"]["layers"] == 2
+    model, tokenizer = load_for_task(out)
+    assert isinstance(model, EarlyExitModel) and model.threshold == record["threshold"]
+    # transformers alone still loads the model without exits from the same folder
+    plain = transformers.AutoModelForSequenceClassification.from_pretrained(out)
+    assert plain.config.num_hidden_layers == 2
+    # a threshold that makes rows leave at both exits
+    dev = load_data(get_task("sst2"), "dev", glue_dir, 24)
+    _spread_heads(model)
+    from compressor.exit.train import all_exit_logits
+    from compressor.exit.rules import uncertainty
+    every, _ = all_exit_logits(model, tokenizer, dev.examples, 32, 8, torch.device("cpu"))
+    model.set_rule("entropy", float(np.median(uncertainty(every[0]))))
+    model.save_pretrained(out)   # the heads and rule the export reads
+    with open(os.path.join(out, "exits.json")) as f:
+        assert json.load(f)["threshold"] == model.threshold
+    manifest = export_exits(out, str(tmp_path / "seg"), {"int8": False}, data_dir=glue_dir,
+                            dev_limit=24)
+    assert [s["layers"] for s in manifest["segments"]] == [[1, 1], [2, 2]]
+    assert all(s["optimization"]["fusions"].get("Attention") == 1 for s in manifest["segments"])
+    parity = manifest["parity"]
+    assert parity["identical_predictions"] == 1.0 and parity["identical_exits"] == 1.0
+    assert parity["max_abs_logit_diff"] < 1e-4
+    chain = SegmentChain(str(tmp_path / "seg"))
+    texts = example_texts(dev.examples)
+    one, where_one = chain.logits(texts, batch_size=1, exits=True)
+    assert 0 < (where_one == 0).sum() < len(texts)
+    many, where_many = chain.logits(texts, batch_size=8, exits=True)   # rows leave mid-batch
+    assert where_many.tolist() == where_one.tolist()
+    np.testing.assert_allclose(many, one, atol=1e-4)
+    # kind early-exit-onnx scores through the loader like any export
+    net, tok = load_for_task(str(tmp_path / "seg"), pytorch=False)
+    assert tok.pad_token_id == chain.pad_id and net.config.num_labels == 2
+    # INT8 segments export and run
+    int8 = export_exits(out, str(tmp_path / "seg8"), {"int8": True, "parity_rows": 8},
+                        data_dir=glue_dir, dev_limit=8)
+    assert int8["precision"] == "int8-dynamic" and int8["dev"]["examples"] == 8
+
+
+@pytest.mark.parametrize("training", ["self_distill", "joint"])
+def test_self_distillation_and_joint_training_move_what_they_should(training, minilm_dir, glue_dir):
+    from compressor.data import get_task, load_data
+    from compressor.exit.configs import EarlyExitConfig
+    from compressor.exit.model import EarlyExitModel
+    from compressor.exit.train import train_exits
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    net = _classifier("bert", vocab=tokenizer.vocab_size)
+    task = get_task("sst2")
+    train, held = load_data(task, "train", glue_dir, 48), load_data(task, "dev", glue_dir, 16)
+    if training == "self_distill":   # the model's own soft targets: no labels needed
+        from dataclasses import replace
+        train = replace(train, examples=[replace(ex, label=None) for ex in train.examples])
+    model = EarlyExitModel(net)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    config = EarlyExitConfig(training=training, epochs=1, batch_size=16, max_length=32,
+                             device="cpu", lr=1e-3)
+    record = train_exits(model, tokenizer, train, held, config)
+    after = model.state_dict()
+    heads_moved = any(not torch.equal(after[k], before[k]) for k in after if k.startswith("heads."))
+    backbone_moved = any(not torch.equal(after[k], before[k]) for k in after if k.startswith("backbone."))
+    assert heads_moved
+    assert backbone_moved == (training == "joint")
+    assert record["cached_rows"] == (None if training == "joint" else 48)
+    assert all(p.requires_grad for p in model.parameters())
+
+
+# -- recipes and the command ---------------------------------------------------------
+
+def test_the_stages_run_in_a_recipe_and_impossible_orders_are_refused(tmp_path, minilm_dir,
+                                                                      glue_dir, capsys):
+    from compressor.recipe import run_recipe, validate_recipe
+
+    teacher = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"""name: tiny-exit
+task: sst2
+data: {{train_limit: 64, dev_limit: 16}}
+teacher: {teacher}
+device: cpu
+stages:
+  - early_exit: {{epochs: 1, batch_size: 16, max_length: 32, rule: max_prob, calibrate: {{rows: 16}}}}
+  - early_exit_export: {{parity_rows: 8}}
+""")
+    assert validate_recipe(str(recipe)) == []
+    out = tmp_path / "run"
+    manifest = run_recipe(str(recipe), str(out), data_dir=glue_dir, log=lambda m: None)
+    assert [s["kind"] for s in manifest["stages"][1:]] == ["early-exit", "early-exit-onnx"]
+    record = json.load(open(out / "02-early_exit_export" / "record.json"))
+    assert record["examples"] == 16 and sum(record["exit_histogram"].values()) == 16
+    assert os.path.isfile(out / "02-early_exit_export" / "segment-1.onnx")
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"name: t\ntask: sst2\nteacher: {teacher}\nstages:\n"
+                   "  - early_exit: {rule: sideways}\n  - prune: {method: structured}\n"
+                   "  - export: {}\n")
+    from test_faults_validate import has, validate
+
+    lines = validate(capsys, str(bad))
+    assert has(lines, bad, 5, "sideways"), lines
+    assert has(lines, bad, 6, "cannot follow stage 'early_exit'"), lines
+
+
+def test_the_command_writes_the_model_and_refuses_a_rule_a_regression_task_cannot_use(
+        tmp_path, minilm_dir, glue_dir, capsys):
+    from compressor.data import get_task
+    from compressor.models import checkpoint_meta, save_checkpoint
+    from test_cli import assert_one_line_error, run_cli
+
+    teacher = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
+    from compressor.cli import main
+
+    main(["early-exit", "--model", teacher, "--out", str(tmp_path / "ee"), "--data-dir", glue_dir,
+          "--train-limit", "64", "--dev-limit", "16", "--set", "epochs=1",
+          "--set", "calibrate.rows=16", "--set", "max_length=32", "--set", "rule=patience"])
+    out = capsys.readouterr().out
+    assert "rule patience" in out and "early-exit model:" in out
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    stsb = _classifier("bert", vocab=tokenizer.vocab_size, labels=1)
+    save_checkpoint(stsb, tokenizer, str(tmp_path / "stsb"), checkpoint_meta(get_task("stsb"), 32, "test"))
+    code, out, err = run_cli(capsys, "early-exit", "--model", str(tmp_path / "stsb"),
+                             "--out", str(tmp_path / "ee2"), "--data-dir", glue_dir,
+                             "--train-limit", "16", "--dev-limit", "8", "--set", "rule=entropy")
+    assert_one_line_error(code, err, "a regression task exits on patience")
+    assert not os.path.exists(tmp_path / "ee2")
