@@ -105,6 +105,6 @@ for name in names:
     subprocess.run(f"tar -C {dst} -c . | split -b 15M -d -a 2 - {out}/{name}.", shell=True, check=True)
 PY
 # everything else in one file: the device tool brings back at most 8 files
-(cd "$OUT" && tar -czf results.tgz --exclude=carry --exclude=results.tgz . && \
-  find . -mindepth 1 -maxdepth 1 ! -name carry ! -name results.tgz -exec rm -rf {} +)
+tar -C "$OUT" -czf "$WORK/results.tgz" --exclude=./carry . && \
+  find "$OUT" -mindepth 1 -maxdepth 1 ! -name carry -exec rm -rf {} + && mv "$WORK/results.tgz" "$OUT/"
 ls -la "$OUT" "$OUT/carry"
