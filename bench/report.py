@@ -296,6 +296,15 @@ def plot_png(rows: Sequence[dict], threads: Optional[int] = None) -> Optional[by
         if pts:
             ax.scatter([p["p50"] for p in pts], [p["value"] for p in pts], s=60, c=colour,
                        label=group, zorder=3, edgecolors="black", linewidths=0.5)
+    curves: Dict[str, list] = {}
+    for p in points:   # one model along a setting (an early-exit threshold sweep): one line
+        curve = (p.get("extra") or {}).get("curve")
+        if curve:
+            curves.setdefault(curve, []).append(p)
+    for curve, pts in curves.items():
+        pts = sorted(pts, key=lambda p: p["p50"])
+        ax.plot([p["p50"] for p in pts], [p["value"] for p in pts], "-", lw=1.2, color="#9467bd",
+                alpha=0.8, zorder=2, label=curve)
     frontier = sorted((p for p in points if p["pareto"]), key=lambda p: p["p50"])
     if frontier:
         xs = [p["p50"] for p in frontier]

@@ -49,7 +49,7 @@ class EarlyExitConfig(TrainConfig):
     - ``joint``: the model and its exits together on a weighted sum of every exit's task loss
       (``weighting`` linear: exit i weighs i, as PABEE and DeeBERT's joint baseline).
 
-    With the model fixed, the first-token states at each exit are computed once for all
+    With the model fixed, the pooled states at each exit are computed once for all
     training rows (``cache``) and the heads train on them alone. Then ``rule`` is calibrated.
     """
 
@@ -61,6 +61,7 @@ class EarlyExitConfig(TrainConfig):
     temperature: float = setting(2.0, check=positive)    # self_distill
     weighting: str = setting("linear", choices=WEIGHTINGS)   # joint
     dropout: float = setting(0.1, check=not_negative)
+    pooling: str = setting("mean", choices=("mean", "cls"))   # what a head reads: the mean of the real tokens' states, or the first token's
     cache: bool = True            # model fixed: compute each exit's input once
     rule: str = setting("entropy", choices=RULES)
     tolerance: float = setting(0.1, check=not_negative)   # patience on a regression task

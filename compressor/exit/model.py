@@ -3,9 +3,9 @@
 :class:`EarlyExitModel` wraps any task model the toolkit loads (every registered architecture,
 and every student it makes: distilled, pruned, Theseus, shared) without touching it: the
 architecture registry (``compressor.arch``) says where its embeddings, layers, final norm and
-classifier are. An exit head reads the first token's hidden state after its layer
-(pooler-like: dense, tanh, dropout, linear to the classes); the model's own classifier is the
-last exit. Forward in training gives every exit's logits (one pass with hidden states);
+classifier are. An exit head reads the hidden states after its layer, pooled (their mean over
+the real tokens, or the first token's), through a dense layer, tanh, dropout and a linear layer
+to the classes (BERT's pooler and classifier shape); the model's own classifier is the last exit. Forward in training gives every exit's logits (one pass with hidden states);
 in eval mode with a rule set, ``.logits`` are each row's logits at the exit the rule picks.
 
 :class:`Segment` runs layers ``[start, end)`` of the model alone (from token ids when
@@ -42,8 +42,22 @@ HEADS_FILE = "exits.safetensors"
 EXITS_FILE = "exits.json"
 
 
+POOLINGS = ("mean", "cls")
+
+
+def pool(hidden: torch.Tensor, mask: Optional[torch.Tensor], how: str) -> torch.Tensor:
+    """``[rows, tokens, hidden]`` -> ``[rows, hidden]``: the first token's state, or the mean over
+    the real tokens (an early layer's first token knows little of the sentence yet)."""
+    if how == "cls":
+        return hidden[:, 0]
+    if mask is None:
+        return hidden.mean(1)
+    weights = mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+
+
 class ExitHead(nn.Module):
-    """Dense + tanh + dropout + linear over the first token's hidden state (BERT's pooler and
+    """Dense + tanh + dropout + linear over the pooled hidden states (BERT's pooler and
     classifier shape)."""
 
     def __init__(self, hidden: int, classes: int, dropout: float = 0.1):
@@ -74,8 +88,12 @@ class EarlyExitModel(nn.Module):
     compressor_kind = KIND
 
     def __init__(self, backbone: nn.Module, layers=None, dropout: float = 0.1,
-                 rule: Optional[str] = None, threshold: Optional[float] = None, tolerance: float = 0.1):
+                 rule: Optional[str] = None, threshold: Optional[float] = None, tolerance: float = 0.1,
+                 pooling: str = "mean"):
         super().__init__()
+        if pooling not in POOLINGS:
+            raise CompressorError(f"unknown pooling {pooling!r}; use {', '.join(POOLINGS)}")
+        self.pooling = pooling
         self.backbone = backbone
         self.spec = arch_of(backbone)
         self.config = backbone.config
@@ -127,7 +145,7 @@ class EarlyExitModel(nn.Module):
 
     # -- forward ------------------------------------------------------------------
     def exit_logits_from(self, features: torch.Tensor) -> torch.Tensor:
-        """``[rows, early exits, hidden]`` first-token states -> ``[rows, early exits, classes]``."""
+        """``[rows, early exits, hidden]`` pooled states -> ``[rows, early exits, classes]``."""
         return torch.stack([head(features[:, i]) for i, head in enumerate(self.heads)], 1)
 
     def all_logits(self, input_ids, attention_mask=None, token_type_ids=None):
@@ -138,8 +156,8 @@ class EarlyExitModel(nn.Module):
             inputs["token_type_ids"] = token_type_ids
         out = self.backbone(**inputs, output_hidden_states=True)
         states = out.hidden_states
-        features = torch.stack([states[layer][:, 0] for layer in self.exit_layers], 1) \
-            if self.exit_layers else None
+        features = torch.stack([pool(states[layer], attention_mask, self.pooling)
+                                for layer in self.exit_layers], 1) if self.exit_layers else None
         early = self.exit_logits_from(features) if features is not None else \
             out.logits.new_zeros((out.logits.shape[0], 0, out.logits.shape[-1]))
         return torch.cat([early, out.logits[:, None]], 1), features
@@ -168,7 +186,7 @@ class EarlyExitModel(nn.Module):
     # -- saving --------------------------------------------------------------------
     def exits_record(self) -> dict:
         return {"format": "compressor-early-exit/1", "exit_layers": self.exit_layers,
-                "total_layers": self.total_layers, "head": "dense-tanh-linear on the first token",
+                "total_layers": self.total_layers, "head": "dense-tanh-linear", "pooling": self.pooling,
                 "dropout": self.dropout, "rule": self.rule, "threshold": self.threshold,
                 "tolerance": self.tolerance, "calibration": self.calibration}
 
@@ -207,7 +225,8 @@ def load_early_exit(path: str, task=None, attn_implementation: Optional[str] = N
     record = read_exits(path)
     backbone, tokenizer = load_hf(path, task, attn_implementation=attn_implementation)
     model = EarlyExitModel(backbone, record["exit_layers"] or [], record.get("dropout", 0.1),
-                           tolerance=record.get("tolerance", 0.1))
+                           tolerance=record.get("tolerance", 0.1),
+                           pooling=record.get("pooling", "cls"))
     if model.exit_layers != list(record["exit_layers"]):
         raise CompressorError(f"corrupt checkpoint {path}: {EXITS_FILE} lists exit layers "
                               f"{record['exit_layers']} for a {model.total_layers}-layer model")
@@ -277,6 +296,7 @@ class Segment(nn.Module):
         view = _view(backbone, replace)
         self.net = view if self.last else spec.base_model(view)
         self.head = None if self.last else model.heads[head]
+        self.pooling = model.pooling
         self.types = self.first and _uses_types(backbone)
 
     def forward(self, x, attention_mask, token_type_ids=None):
@@ -287,7 +307,7 @@ class Segment(nn.Module):
         if self.last:
             return self.net(**inputs).logits
         hidden = self.net(**inputs).last_hidden_state
-        return hidden, self.head(hidden[:, 0])
+        return hidden, self.head(pool(hidden, attention_mask, self.pooling))
 
 
 def _uses_types(backbone) -> bool:

@@ -189,7 +189,7 @@ def flops_saved(lengths: Sequence[int], where: Sequence[int], widths, hidden: in
         spent += costs[k]
         full += whole
     return {"flops": spent, "flops_without_exits": full,
-            "flops_saved": round(1 - spent / full, 4) if full else 0.0}
+            "flops_saved": round(float(1 - spent / full), 4) if full else 0.0}
 
 
 # -- calibration ----------------------------------------------------------------

@@ -29,7 +29,8 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
     device = resolve_device(config.device)
     start = time.perf_counter()
     parameters_before = count_parameters(model)
-    net = EarlyExitModel(model, config.layers, config.dropout, tolerance=config.tolerance)
+    net = EarlyExitModel(model, config.layers, config.dropout, tolerance=config.tolerance,
+                         pooling=config.pooling)
     fit_set, held = hold_out(train_set, config.calibrate.rows, config.seed)
     training = train_exits(net, tokenizer, fit_set, held, config, desc=desc)
     calibration = calibrate_model(net, tokenizer, held, config, device, desc=f"{desc}: calibrate")

@@ -3,7 +3,7 @@
 Held out first: ``calibrate.rows`` training rows (a seeded draw) that exit training never sees;
 they score the loop's evaluations and pick the threshold, so dev is used by neither.
 
-With the model fixed (``two_stage``, ``self_distill``), every training row's first-token state
+With the model fixed (``two_stage``, ``self_distill``), every training row's pooled state
 at each exit (and the model's own logits) is computed once (:class:`FeatureCache`); the loss
 looks each batch's rows up by their token ids and runs the heads alone, so an epoch over all
 of SST-2 takes seconds on a CPU once the one pass is done. ``joint`` trains everything and
@@ -50,7 +50,7 @@ def _key(ids) -> Tuple[int, ...]:
 
 
 class FeatureCache:
-    """Each exit's input (the first token's state after its layer) and the model's own logits for
+    """Each exit's input (the pooled states after its layer) and the model's own logits for
     every distinct row, computed once with the model fixed; looked up by token ids."""
 
     def __init__(self, model: EarlyExitModel, tokenizer, examples, max_length: int,
