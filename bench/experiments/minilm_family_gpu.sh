@@ -13,8 +13,11 @@
 #           when the machine still holds it, else distilled again with the same command).
 # Every run evaluates dev once, at its end: no checkpoint is chosen on dev, so the dev figures
 # are the last weights' (the fine-tuned teacher too).
+#   PART=3: sharing FFN only, attention only (3 groups of 2 layers, each with a rank-128 embedding),
+#           all weights with rank-32 adapters, all weights alone, and embedding ranks 32 and 80;
+#           the sharing run with the fewest parameters at 98% of the teacher or more comes back.
 #   PART=1 bash bench/experiments/minilm_family_gpu.sh MINILM_FOLDER GLUE_DIR OUT_DIR
-#   PART=2 bash bench/experiments/minilm_family_gpu.sh TEACHER_FOLDER GLUE_DIR OUT_DIR
+#   PART=2|3 bash bench/experiments/minilm_family_gpu.sh TEACHER_FOLDER GLUE_DIR OUT_DIR
 # Folders of fp16 weights are widened to fp32 first. LIMITS="--train-limit 64 --dev-limit 32"
 # and DEVICE=cpu make a dry run.
 set -euo pipefail
@@ -58,7 +61,7 @@ if [ "$PART" = 1 ]; then
     $KD --recover losses.hidden=1 --recover epochs=3 --recover lr=1e-4 $REC --overwrite $LIMITS
   wait
   PACK="teacher"
-else
+elif [ "$PART" = 2 ]; then
   python3 -m bench.experiments.widen "$SRC" "$T"
   if [ -f "$WORK/student/model.safetensors" ]; then echo "part 1's student is still here" >> "$OUT/commands.txt"
   else
@@ -85,6 +88,38 @@ else
     $KD --recover losses.hidden=1 --recover epochs=3 --recover lr=1e-4 $REC --overwrite $LIMITS
   wait
   PACK="student"
+else   # PART=3: sharing that keeps 98% at 40% fewer parameters, and two more embedding ranks
+  python3 -m bench.experiments.widen "$SRC" "$T"
+  for what in ffn attention; do
+    bg share-$what-g2-e128 python3 -m compressor share --model "$T" --out "$WORK/share-$what-g2-e128" \
+      --data-dir "$GLUE" --set share=$what --set group=2 --set init=mean --set embedding_rank=128 \
+      --set device="$DEVICE" $KD --recover losses.hidden=1 --recover epochs=3 --recover lr=1e-4 $REC \
+      --overwrite $LIMITS
+  done
+  bg share-all-g2-a32-e128 python3 -m compressor share --model "$T" --out "$WORK/share-all-g2-a32-e128" \
+    --data-dir "$GLUE" --set share=all --set group=2 --set init=mean --set adapter_rank=32 \
+    --set embedding_rank=128 --set device="$DEVICE" $KD --recover losses.hidden=1 --recover epochs=3 \
+    --recover lr=1e-4 $REC --overwrite $LIMITS
+  bg share-all-g2 python3 -m compressor share --model "$T" --out "$WORK/share-all-g2" --data-dir "$GLUE" \
+    --set share=all --set group=2 --set init=mean --set device="$DEVICE" $KD --recover losses.hidden=1 \
+    --recover epochs=3 --recover lr=1e-4 $REC --overwrite $LIMITS
+  for rank in 32 80; do
+    bg embed-r$rank python3 -m compressor share --model "$T" --out "$WORK/embed-r$rank" --data-dir "$GLUE" \
+      --set share=none --set embedding_rank=$rank --set device="$DEVICE" $KD --recover epochs=1 \
+      --recover lr=1e-4 $REC --overwrite $LIMITS
+  done
+  wait
+  # back comes the sharing run with the most parameters saved among those keeping 98% of the teacher
+  PACK=$(python3 - "$WORK" <<'PY'
+import json, os, sys
+work = sys.argv[1]
+runs = [json.load(open(os.path.join(work, n, "metrics.json"))) | {"name": n}
+        for n in sorted(os.listdir(work)) if n.startswith("share-")
+        and os.path.exists(os.path.join(work, n, "metrics.json"))]
+ok = [r for r in runs if r["score"] >= 0.98 * r["score_before"]]
+print(min(ok, key=lambda r: r["parameters"])["name"] if ok else "")
+PY
+)
 fi
 cat "$OUT/logs/failed.txt" 2>/dev/null || true
 # models back as fp16 tar parts of at most 15 MB (the device tool brings back 16 MB a file)
