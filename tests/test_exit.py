@@ -338,3 +338,39 @@ def test_the_command_writes_the_model_and_refuses_a_rule_a_regression_task_canno
                              "--train-limit", "16", "--dev-limit", "8", "--set", "rule=entropy")
     assert_one_line_error(code, err, "a regression task exits on patience")
     assert not os.path.exists(tmp_path / "ee2")
+
+
+def test_a_pruned_student_with_exits_saves_reloads_and_exports_its_own_shape(tmp_path, minilm_dir):
+    """Per-layer head and FFN counts (structured pruning) survive the early-exit folder, and each
+    segment's attention fuses with its own layers' head counts."""
+    from compressor.data import get_task
+    from compressor.exit.configs import ExitExportConfig
+    from compressor.exit.model import EarlyExitModel
+    from compressor.exit.segments import export_segments
+    from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
+    from compressor.shapes import resize_layers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    net = _classifier("bert", vocab=tokenizer.vocab_size)
+    resize_layers(net, heads=[2, 4, 1], ffn=[16, 64, 8])
+    model = EarlyExitModel(net, layers=[1, 2]).eval()
+    _spread_heads(model)
+    model.set_rule("max_prob", 0.8)
+    out = str(tmp_path / "ee")
+    save_checkpoint(model, tokenizer, out, checkpoint_meta(get_task("sst2"), 32, "test"))
+    again, _ = load_for_task(out)
+    assert again.compressor_shape["heads"] == [2, 4, 1] and again.rule == "max_prob"
+    ids, mask = _inputs()
+    with torch.no_grad():   # (reloaded with the default attention, not eager: not bit for bit)
+        a, b = again(input_ids=ids, attention_mask=mask), model(input_ids=ids, attention_mask=mask)
+    np.testing.assert_allclose(a.logits.numpy(), b.logits.numpy(), atol=1e-5)
+    assert a.exit_index.tolist() == b.exit_index.tolist()
+    texts = [("a gripping , funny film",), ("flat and lifeless",), ("it is what it is",)]
+    from compressor.data.readers import Example
+    examples = [Example(t, 1, str(i)) for i, t in enumerate(texts)]
+    manifest = export_segments(out, str(tmp_path / "seg"), ExitExportConfig(int8=False),
+                               examples=examples)
+    heads = [s["optimization"]["attention"]["fused"] for s in manifest["segments"]]
+    assert heads == [[2], [4], [1]]
+    assert manifest["parity"]["identical_predictions"] == 1.0
+    assert manifest["parity"]["identical_exits"] == 1.0
