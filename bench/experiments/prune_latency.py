@@ -14,6 +14,13 @@ sentences with one thread, each variant in its own process, in rounds whose orde
 (``bench.experiments.sparse_latency``'s timer); the speed-up against the teacher of the same
 precision is taken pooled and paired round by round. Writes ``compressor.results`` JSON.
 
+With ``--pruned CKPT`` (a checkpoint that ``compressor prune`` wrote, recovered) that model is
+timed and scored instead of a resized copy, so its dev accuracy is the method's own:
+
+    flock /tmp/compressor-cpu.lock .venv/bin/python -m bench.experiments.prune_latency \\
+        --teacher runs/teachers/minilm-l6-sst2 --pruned runs/teachers/minilm-l6-sst2-pruned50 \\
+        --out bench/results/prune-structured-latency-minilm.json
+
     flock /tmp/compressor-cpu.lock .venv/bin/python -m bench.experiments.prune_latency \\
         --teacher runs/demo-teacher --shape-from bench/results/prune-minilm-sst2-h100.json \\
         --out bench/results/prune-structured-latency.json
@@ -83,6 +90,17 @@ def build_pruned(teacher: str, shape: dict, out: str) -> dict:
             "heads_kept_index": keep["heads"]}
 
 
+def read_pruned(pruned: str) -> dict:
+    """What a checkpoint that ``compressor prune`` wrote kept, as build_pruned returns it."""
+    from compressor.models import count_parameters, load_for_task
+    from compressor.shapes import shape_of
+
+    model, _ = load_for_task(pruned)
+    after = shape_of(model)
+    return {"heads": after["heads"], "ffn": after["ffn"], "parameters": count_parameters(model),
+            "heads_kept_index": None}
+
+
 def attention_nodes(folder: str) -> list:
     """(op, num_heads) of every fused attention node in the folder's model.onnx, graph order."""
     from onnx import helper
@@ -100,6 +118,8 @@ def attention_nodes(folder: str) -> list:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--teacher", default="runs/demo-teacher", help="the unpruned task checkpoint")
+    ap.add_argument("--pruned", help="a pruned, recovered checkpoint to time and score (else the teacher "
+                                     "is resized to --shape-from's shape with no recovery)")
     ap.add_argument("--shape-from", help="results JSON with the pruned row (extra.heads_after, extra.ffn_after)")
     ap.add_argument("--row", help="that row's name (default: the last pruned row not scored before recovery)")
     ap.add_argument("--heads", default=FALLBACK_HEADS, help="heads per layer when --shape-from has none")
@@ -123,15 +143,19 @@ def main():
     from compressor.shapes import shape_of
 
     start = time.perf_counter()
-    shape = read_shape(args.shape_from, args.row, args.heads, args.ffn)
+    if args.pruned:
+        shape = {**read_pruned(args.pruned), "from": shown_path(args.pruned)}
+    else:
+        shape = read_shape(args.shape_from, args.row, args.heads, args.ffn)
     log(f"shape from {shape['from']}: heads {shape['heads']}, ffn {shape['ffn']}")
     dev = load_split("sst2", "dev", data_dir=args.data_dir)
     teacher_net, _ = load_for_task(args.teacher)
     teacher_shape = shape_of(teacher_net)
     params = {"teacher": count_parameters(teacher_net)}
     del teacher_net
-    pruned_dir = os.path.join(args.work, "pruned")
-    built = build_pruned(args.teacher, shape, pruned_dir)
+    pruned_dir = args.pruned or os.path.join(args.work, "pruned")
+    built = shape if args.pruned else build_pruned(args.teacher, shape, pruned_dir)
+    recovered = bool(args.pruned)
     params["pruned"] = built["parameters"]
     log(f"pruned: {params['pruned']:,} parameters of {params['teacher']:,}")
     checkpoints = {"teacher": args.teacher, "pruned": pruned_dir}
@@ -186,14 +210,15 @@ def main():
             **{k: figures[k] for k in ("round_p50_ms", "sentences")},
             "attention_nodes": fusion[base][f"attention_nodes_{precision}"],
             "quantization": manifest.get("quantization")}
-        if base == "pruned":
+        if base == "pruned" and not recovered:
             extra["unrecovered_accuracy"] = round(accuracy, 2)
             extra["score_note"] = ("unrecovered: the teacher resized to the pruned shape keeping the "
                                    "highest-magnitude units, with no recovery training; value is None "
                                    "since this is no accuracy of the method (the GPU run's recovered "
                                    "model of this shape is in --shape-from)")
-        rows.append(row(name, "sst2", "accuracy", None if base == "pruned" else round(accuracy, 2),
-                        None if base == "pruned" else round(teacher_accuracy, 2),
+        unscored = base == "pruned" and not recovered
+        rows.append(row(name, "sst2", "accuracy", None if unscored else round(accuracy, 2),
+                        None if unscored else round(teacher_accuracy, 2),
                         parameters=params[base], size_bytes=info["size_bytes"], engine="onnxruntime",
                         device="cpu", threads=THREADS, batch_size=1,
                         latency_ms=percentiles(sum(measured["times"][name], [])), extra=extra))
@@ -206,11 +231,14 @@ def main():
     write_results(args.out, rows, command=command_line(), fingerprint_info=fingerprint(), config={
         "teacher": shown_path(args.teacher), "teacher_shape": {k: teacher_shape[k] for k in ("heads", "ffn")},
         "pruned_shape": {"heads": built["heads"], "ffn": built["ffn"], "from": shape["from"],
-                         "kept": "highest magnitude per layer (magnitude_importance, select scope layer)",
-                         "heads_kept_index": built["heads_kept_index"], "recovery": "none"},
+                         "kept": ("by the pruning run" if recovered else
+                                  "highest magnitude per layer (magnitude_importance, select scope layer)"),
+                         "heads_kept_index": built["heads_kept_index"],
+                         "recovery": "as recorded in the checkpoint" if recovered else "none"},
         "fusion": fusion,
         "scores": {k: {"accuracy": round(100 * v["accuracy"], 2),
-                       "label": "unrecovered" if k.startswith("pruned") else "teacher"}
+                       "label": ("recovered" if recovered else "unrecovered") if k.startswith("pruned")
+                       else "teacher"}
                    for k, v in scores.items()},
         "score_data": f"{dev.source} ({len(dev)} rows, score_onnx: Predictor, one sentence at a time)",
         "quantization": "compressor quantize: onnxruntime dynamic INT8, preset auto",
