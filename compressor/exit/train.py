@@ -85,9 +85,10 @@ class FeatureCache:
         model.train(was)
 
     def rows(self, batch: dict) -> torch.Tensor:
-        ids, mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu()
+        ids = batch["input_ids"].cpu().tolist()
+        lengths = batch["attention_mask"].cpu().sum(1).tolist()
         try:
-            return torch.tensor([self.index[_key(ids[r][:int(mask[r].sum())])] for r in range(len(ids))])
+            return torch.tensor([self.index[tuple(row[:n])] for row, n in zip(ids, lengths)])
         except KeyError:
             raise CompressorError("a training row missing from the exit-input cache") from None
 
