@@ -159,8 +159,15 @@ def train_exits(model: EarlyExitModel, tokenizer, train_set, held_set, config: E
     loss = ExitLoss(config, cache, len(model.exit_layers), model.regression)
     set_seed(config.seed)
     model.backbone_fixed = fixed   # no dropout in the fixed model (the heads keep theirs)
-    result = fit(model, tokenizer, train_set, held_set, config.train_config(), loss,
-                 desc=f"{desc} ({config.training})", callbacks=[KeepLast()])
+    # heads alone are tiny: one thread, or each step waits on a busy machine's other cores
+    threads = torch.get_num_threads()
+    if cache is not None and device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        result = fit(model, tokenizer, train_set, held_set, config.train_config(), loss,
+                     desc=f"{desc} ({config.training})", callbacks=[KeepLast()])
+    finally:
+        torch.set_num_threads(threads)
     model.backbone_fixed = False
     for p in model.parameters():
         p.requires_grad_(True)
