@@ -330,6 +330,9 @@ def test_the_command_writes_the_model_and_refuses_a_rule_a_regression_task_canno
           "--set", "calibrate.rows=16", "--set", "max_length=32", "--set", "rule=patience"])
     out = capsys.readouterr().out
     assert "rule patience" in out and "early-exit model:" in out
+    code, _, err = run_cli(capsys, "export", str(tmp_path / "ee"), "--out", str(tmp_path / "x"),
+                           "--data-dir", glue_dir)
+    assert_one_line_error(code, err, "export it as segments with compressor early-exit-export")
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     stsb = _classifier("bert", vocab=tokenizer.vocab_size, labels=1)
     save_checkpoint(stsb, tokenizer, str(tmp_path / "stsb"), checkpoint_meta(get_task("stsb"), 32, "test"))

@@ -169,6 +169,9 @@ class EarlyExitModel(nn.Module):
         ``exit_features`` (``[rows, early exits, hidden]``) runs the heads alone."""
         if exit_features is not None:
             return SimpleNamespace(exit_logits=self.exit_logits_from(exit_features), logits=None)
+        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
+            raise CompressorError("an early-exit model is not one graph (ONNX Runtime cannot stop "
+                                  "midway): export it as segments with compressor early-exit-export")
         logits, features = self.all_logits(input_ids, attention_mask, token_type_ids)
         out = SimpleNamespace(logits=logits[:, -1], exit_logits=logits, features=features,
                               loss=None, exit_index=None)
