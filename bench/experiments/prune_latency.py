@@ -120,6 +120,8 @@ def main():
     ap.add_argument("--teacher", default="runs/demo-teacher", help="the unpruned task checkpoint")
     ap.add_argument("--pruned", help="a pruned, recovered checkpoint to time and score (else the teacher "
                                      "is resized to --shape-from's shape with no recovery)")
+    ap.add_argument("--name", default="pruned", help="the compressed variant's name in the results "
+                                                    "(e.g. shared, for a --pruned checkpoint of sharing)")
     ap.add_argument("--shape-from", help="results JSON with the pruned row (extra.heads_after, extra.ffn_after)")
     ap.add_argument("--row", help="that row's name (default: the last pruned row not scored before recovery)")
     ap.add_argument("--heads", default=FALLBACK_HEADS, help="heads per layer when --shape-from has none")
@@ -217,7 +219,8 @@ def main():
                                    "since this is no accuracy of the method (the GPU run's recovered "
                                    "model of this shape is in --shape-from)")
         unscored = base == "pruned" and not recovered
-        rows.append(row(name, "sst2", "accuracy", None if unscored else round(accuracy, 2),
+        shown = name if base == "teacher" else f"{args.name}-{precision}"
+        rows.append(row(shown, "sst2", "accuracy", None if unscored else round(accuracy, 2),
                         None if unscored else round(teacher_accuracy, 2),
                         parameters=params[base], size_bytes=info["size_bytes"], engine="onnxruntime",
                         device="cpu", threads=THREADS, batch_size=1,
