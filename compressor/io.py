@@ -23,6 +23,19 @@ def write_text(path: str, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
+def save_figure(fig, path: str, dpi: int = 110) -> str:
+    """Write a matplotlib figure as PNG (temporary name, then renamed) and close it."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    write_bytes(path, buf.getvalue())
+    return path
+
+
 def write_bytes(path: str, data: bytes) -> None:
     """Write ``data`` to a temporary name beside ``path``, then rename it into place."""
     folder = os.path.dirname(os.path.abspath(path))

@@ -119,6 +119,8 @@ def _rank_plot(rows, teacher, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from compressor.io import save_figure
+
     pts = [(r["extra"]["rank"], r["value"], r["parameters"]) for r in rows[1:]]
     fig, ax = plt.subplots(figsize=(6.5, 4))
     ax.plot([p[2] / 1e6 for p in pts], [p[1] for p in pts], "o-", label="factorised, 1 epoch of distillation")
@@ -132,9 +134,7 @@ def _rank_plot(rows, teacher, path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path + ".tmp.png", dpi=110)
-    plt.close(fig)
-    os.replace(path + ".tmp.png", path)
+    save_figure(fig, path)
 
 
 def pruning(results: str) -> None:

@@ -58,6 +58,8 @@ def plot(points: dict, teacher: float, majority: float, path: str, title: str) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from compressor.io import save_figure
+
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     labels = {"heads": "heads only (gradient)", "ffn": "FFN neurons only (Taylor)",
               "both": "heads and FFN, same share"}
@@ -74,10 +76,7 @@ def plot(points: dict, teacher: float, majority: float, path: str, title: str) -
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=120)
 
 
 def main():

@@ -53,6 +53,8 @@ def _plot(points, base, path, title, base_name, selection):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from compressor.io import save_figure
+
     x = [p["share"] for p in points]
     fig, ax = plt.subplots(figsize=(6.5, 4))
     ax.plot(x, [p["pruned"] for p in points], "o-", label="before recovery")
@@ -65,9 +67,7 @@ def _plot(points, base, path, title, base_name, selection):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path + ".tmp.png", dpi=110)
-    plt.close(fig)
-    os.replace(path + ".tmp.png", path)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

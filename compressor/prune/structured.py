@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..arch import arch_of
+from ..io import save_figure
 from ..progress import progress
 from ..shapes import resize_layers, shape_of
 from .configs import StructuredPruneConfig, register_pruner
@@ -284,8 +285,4 @@ def _heatmap(heads, ffn, path: str, config) -> str:
         fig.colorbar(im, ax=ax, fraction=0.046)
     axes[1].set_xticks([])
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path)

@@ -13,7 +13,6 @@ as the quantize stage, ``eval`` and the benchmark do.
 """
 from __future__ import annotations
 
-import io
 import os
 import re
 import time
@@ -24,7 +23,7 @@ import numpy as np
 
 from ..arch import ARCHITECTURES
 from ..errors import CompressorError
-from ..io import write_bytes, write_text
+from ..io import save_figure, write_text
 from ..progress import progress
 from .onnx_int8 import onnx_file, quantize_dynamic_onnx
 
@@ -134,11 +133,7 @@ def plot(report: dict, path: str, metric: str) -> str:
     ax.set_title(f"Drop when only this unit is INT8 (FP32 {report['fp32_score']:.2f}, "
                  f"all INT8 {report['all_int8_score']:.2f})")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    write_bytes(path, buf.getvalue())
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def mixed_precision(folder: str, out_path: str, report: dict, dev_set, preset, max_drop: float,
