@@ -1,0 +1,40 @@
+"""The GLUE-5 teachers' figures (``mpnet_glue5_teachers.sh``) as a results file: each task's
+dev metrics and score (``compressor.metrics.task_score``: the mean of a task's metrics, as
+the GLUE leaderboard averages F1/accuracy and Pearson/Spearman) and the GLUE-5 score, the
+mean over SST-2, MRPC, STS-B, RTE and CoLA.
+
+    python -m bench.experiments.glue5_summary RUNS_DIR OUT_JSON "COMMAND"
+"""
+import json
+import os
+import sys
+
+TASKS = ("sst2", "mrpc", "stsb", "rte", "cola")
+
+
+def main(runs: str, out: str, command: str) -> dict:
+    from compressor.results import row, write_results
+
+    rows, scores = [], {}
+    for task in TASKS:
+        path = os.path.join(runs, f"{task}-metrics.json")
+        if not os.path.exists(path):
+            continue
+        record = json.load(open(path))
+        scores[task] = record["score"]
+        rows.append(row(f"mpnet-base-{task}", task, "+".join(sorted(record["metrics"])),
+                        round(record["score"], 2), parameters=record.get("parameters"),
+                        size_bytes=record.get("size_bytes"),
+                        extra={"metrics": {k: round(100 * v, 2) for k, v in record["metrics"].items()},
+                               "epochs": record.get("config", {}).get("epochs"),
+                               "selection": "none (last weights, one dev evaluation)",
+                               "wall_time_s": record.get("wall_time_s")}))
+    glue5 = round(sum(scores.values()) / len(scores), 2) if len(scores) == len(TASKS) else None
+    return write_results(out, rows, command=command,
+                         fingerprint_info={"machine": "one NVIDIA GPU (device tool), bf16 autocast"},
+                         what="MPNet-base fine-tuned on five GLUE tasks, the headline's teachers",
+                         glue5_score=glue5, tasks_done=sorted(scores))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
