@@ -367,7 +367,11 @@ def optimize_graph(model_file: str, config=None, heads=None) -> dict:
     try:
         optimized = optimize_model(model_file, model_type="bert", num_heads=num_heads, hidden_size=width,
                                    opt_level=0)
+        # MPNet: onnxruntime fuses no attention (its relative position bias); ours does
+        mpnet = _fuse_mpnet(optimized, config, head_size)
         attention = _attention_report(optimized.model, heads, head_size)
+        if mpnet:
+            attention["mpnet_fusion"] = mpnet
         if attention.get("wrong"):
             options = FusionOptions("bert")
             options.enable_attention = False
@@ -389,6 +393,15 @@ def optimize_graph(model_file: str, config=None, heads=None) -> dict:
 
 
 _ATTENTION_OPS = ("Attention", "MultiHeadAttention")
+
+
+def _fuse_mpnet(optimized, config, head_size: int):
+    """``export/mpnet_fusion.py`` on an MPNet graph (its report), else None."""
+    if getattr(config, "model_type", None) != "mpnet" or not head_size:
+        return None
+    from .mpnet_fusion import fuse_mpnet_attention
+
+    return fuse_mpnet_attention(optimized, head_size)
 
 
 def _attention_report(model, heads, head_size: int) -> dict:

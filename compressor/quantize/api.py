@@ -135,6 +135,13 @@ def _onnx(job: QuantizeJob, config, writer, trained=None) -> dict:
             quant["excluded_nodes"] = list(config.exclude)
         report_files = info.get("search", {}).pop("files", None)
         ox.write_export(src_folder, job.out, write, quant)
+        # every graph written is run against its FP32 source: a wrong graph is refused (and removed)
+        try:
+            info["parity_vs_fp32"] = ox.parity_vs_fp32(src_folder, job.out, job.dev_set.examples
+                                                       if job.dev_set is not None else None, config.threads)
+        except CompressorError:
+            shutil.rmtree(job.out, ignore_errors=True)
+            raise
         if report_files:
             for path in report_files.values():
                 shutil.copy2(path, os.path.join(job.out, os.path.basename(path)))

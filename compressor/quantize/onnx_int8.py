@@ -145,6 +145,32 @@ def quantize_dynamic_onnx(src: str, dst: str, preset: HardwarePreset, optimize: 
                      nodes_to_exclude=list(nodes_to_exclude or []),
                      op_types_to_quantize=list(op_types) if op_types else None,
                      extra_options=_extra_options(preset))
+    check_attention_inputs_kept(model, dst)
+
+
+def check_attention_inputs_kept(source, dst: str) -> None:
+    """Refuse a quantised graph in which an ``Attention`` node lost inputs as a ``QAttention``.
+
+    ONNX Runtime's dynamic quantiser turns ``Attention`` into ``QAttention``, which has no
+    ``attention_bias`` input (5) nor ``past_sequence_length`` (6): it drops them without a word
+    and the graph computes something else (an additive bias such as MPNet's relative position
+    bias, or a mask folded into it, is gone). ``source`` is the graph that was quantised.
+    """
+    from compressor.export.onnx import load_graph
+
+    lost = {tuple(n.output): n.name for n in source.graph.node
+            if n.op_type == "Attention" and any(n.input[5:])}
+    if not lost:
+        return
+    dropped = [lost[tuple(n.output)] for n in load_graph(dst, load_external_data=False).graph.node
+               if n.op_type == "QAttention" and tuple(n.output) in lost]
+    if dropped:
+        os.remove(dst)
+        raise CompressorError(
+            f"dynamic INT8 would turn {len(dropped)} Attention node(s) with an attention bias "
+            f"({', '.join(dropped[:3])}{', ...' if len(dropped) > 3 else ''}) into QAttention, which "
+            "drops the bias and computes something else; refused (exclude those nodes from "
+            "quantisation, or export with MultiHeadAttention and separate Q/K/V MatMuls)")
 
 
 class _Reader:
@@ -232,6 +258,53 @@ def quantize_static_onnx(src: str, dst: str, preset: HardwarePreset, feeds: List
                             calibrate_method=calibrate, extra_options=extra)
         finally:
             os.chdir(cwd)
+
+
+PARITY_SENTENCES = 64
+# agreement with FP32 on the sentences FP32 is surest of (margin at or above the median): a
+# quantised graph keeps nearly all of those; one that computes something else (an operator that
+# dropped an input) does not. Near-ties are left out: INT8 noise flips them in a sound graph.
+PARITY_MIN_AGREEMENT = 0.9
+
+
+def parity_vs_fp32(fp32_folder: str, folder: str, examples=None, threads: Optional[int] = None) -> dict:
+    """The quantised graph of ``folder`` against the FP32 graph of ``fp32_folder``, one sentence at a
+    time (as both are scored and deployed), on up to ``PARITY_SENTENCES`` ``examples`` (task
+    examples; a few fixed sentences when there are none). Refused (``CompressorError``) when its
+    predictions agree with FP32's on fewer than ``PARITY_MIN_AGREEMENT`` of the sentences FP32 is
+    surest of (for regression: values within 5% of FP32's largest)."""
+    from compressor.export.onnx import example_texts
+    from compressor.export.runtime import Predictor
+
+    texts = example_texts(list(examples)[:PARITY_SENTENCES]) if examples else list(_PARITY_TEXTS)
+    reference = Predictor(fp32_folder, threads=threads).logits(texts, batch_size=1)
+    logits = Predictor(folder, threads=threads).logits(texts, batch_size=1)
+    diff = np.abs(reference - logits)
+    scale = float(np.abs(reference).max()) or 1.0
+    if reference.shape[-1] == 1:
+        same = diff[:, 0] <= 0.05 * scale
+        sure = np.ones(len(texts), bool)
+    else:
+        same = reference.argmax(-1) == logits.argmax(-1)
+        top = np.sort(reference, -1)
+        margin = top[:, -1] - top[:, -2]
+        sure = margin >= np.median(margin)
+    agreement = float(np.mean(same[sure]))
+    check = {"examples": len(texts), "identical_predictions": round(float(np.mean(same)), 6),
+             "identical_predictions_where_sure": round(agreement, 6), "sure": int(sure.sum()),
+             "max_abs_logit_diff": float(diff.max()), "relative_max_diff": round(float(diff.max()) / scale, 6),
+             "threshold": PARITY_MIN_AGREEMENT}
+    if agreement < PARITY_MIN_AGREEMENT:
+        raise CompressorError(
+            f"the quantised graph agrees with FP32 on {100 * agreement:.1f}% of the {int(sure.sum())} "
+            f"sentences FP32 is surest of (max logit difference {check['max_abs_logit_diff']:.3g}): "
+            "it computes something else; refused")
+    return check
+
+
+_PARITY_TEXTS = ("a gripping , funny film", "flat , dull and lifeless from start to end",
+                 "the acting is superb but the plot never takes off", "an utter waste of time",
+                 "one of the best films of the year", "it is neither good nor bad , merely long")
 
 
 def convert_fp16_onnx(src: str, dst: str) -> None:
