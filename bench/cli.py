@@ -65,7 +65,9 @@ def register(cli):
     @click.option("--out", default=None, type=click.Path(file_okay=False),
                   help="Folder for report.md and report.html [default: the first PATH if it is a run folder].")
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON row per variant instead.")
-    @click.option("--threads", type=int, default=None, help="Which thread count's latency to show [default: the fewest].")
+    @click.option("--threads", type=int, default=None,
+                  help="Show only this thread count's latency [default: every count measured; "
+                       "the plot and --json use the fewest].")
     def report_cmd(paths, out, as_json, threads):
         """Report on run folders and results files: markdown, HTML with the latency-vs-score plot, or JSON."""
         import json

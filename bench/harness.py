@@ -2,12 +2,20 @@
 
 A variant is a model run one way (``Spec``: a PyTorch checkpoint eager or
 compiled, in FP32/FP16/BF16 or dynamic INT8; an ONNX file under onnxruntime).
-All variants of one benchmark live in one process and are timed interleaved:
-sentence by sentence (batch 1) and batch by batch (throughput), the order of
-variants rotating each step, so drift (thermal, a neighbour's job) hits every
-variant alike. Inputs are the task's real dev sentences at their real
+``benchmark`` builds each variant once per thread count in a process of its own
+(``compressor.bench.worker``) and times them interleaved, in rounds: each round,
+every variant in turn (the order rotating) times a block of sentences (batch 1)
+or one batch (throughput), after a pause that lets the previous variant's idle
+thread pools fall asleep and one untimed run that wakes its own. Drift (thermal,
+a neighbour's job) thus hits every variant alike, while no variant's spinning
+threads (onnxruntime's, PyTorch's OpenMP team) take the cores from the one being
+timed, as they did when all variants shared one process: at 2 threads that
+doubled some latencies. Inputs are the task's real dev sentences at their real
 lengths: batch 1 is never padded; a larger batch is padded to its longest
 sentence only. Tokenisation is done beforehand and not timed.
+
+``interleaved_latency`` and ``interleaved_throughput`` still time runners built
+in the calling process (what the one-variant timers of the experiments use).
 """
 from __future__ import annotations
 
@@ -43,6 +51,9 @@ class Spec:
     size_bytes: Optional[int] = None
     tokenizer_path: Optional[str] = None
     extra: dict = field(default_factory=dict)
+    # False: idle pool threads sleep at once (onnxruntime allow_spinning 0; a worker gets
+    # OMP_WAIT_POLICY=PASSIVE for PyTorch); True: the libraries' defaults, which spin
+    spinning: bool = True
 
 
 class Runner:
@@ -86,8 +97,8 @@ def _build_ort(spec: Spec, threads: Optional[int]) -> Runner:
     from compressor.export.runtime import Predictor
 
     folder, model_file = _ort_files(spec)
-    predictor = Predictor(folder, threads=threads, model_file=model_file)
-    return Runner(spec, predictor.encode, predictor.run)
+    predictor = Predictor(folder, threads=threads, model_file=model_file, spinning=spec.spinning)
+    return Runner(spec, predictor.encode, predictor.run, model=predictor)
 
 
 def score(runner: Runner, task, dev, batch_size: int = 64) -> dict:
@@ -283,8 +294,10 @@ class BenchConfig:
     batch_sizes: List[int] = field(default_factory=lambda: [32])   # throughput, besides batch 1
     throughput_batches: int = 4        # batches per batch size and variant
     score: bool = True                 # the dev metric of every variant
-    memory: bool = True                # peak resident memory, one subprocess per variant
+    memory: bool = True                # peak resident memory of each variant's own process
     seed: int = 0
+    block: int = 20                    # sentences a variant times per turn, in the rounds
+    pause_s: float = 0.1               # before each turn: the previous variant's idle threads fall asleep
 
 
 def percentiles(times_s: Sequence[float]) -> dict:
@@ -314,10 +327,12 @@ def interleaved_latency(runners: Sequence[Runner], texts: Sequence, warmup: int)
     return times
 
 
-def _warm_every_shape(r: Runner) -> bool:
-    """Whether a variant pays once per input shape (CUDA graphs, kernel selection on the GPU,
-    recompiles): those run every timed input once before timing, so steady state is measured."""
-    return r.spec.engine == "pytorch-compile" or r.spec.device.startswith("cuda")
+def _warm_every_shape(r) -> bool:
+    """Whether a variant (a Runner or its Spec) pays once per input shape (CUDA graphs, kernel
+    selection on the GPU, recompiles): those run every timed input once before timing, so
+    steady state is measured."""
+    spec = getattr(r, "spec", r)
+    return spec.engine == "pytorch-compile" or spec.device.startswith("cuda")
 
 
 def interleaved_throughput(runners: Sequence[Runner], texts: Sequence, batch_size: int,
@@ -341,6 +356,148 @@ def interleaved_throughput(runners: Sequence[Runner], texts: Sequence, batch_siz
             spent[r.spec.name] += time.perf_counter() - start
     done = sum(len(g) for g in groups)
     return {name: round(done / s, 2) for name, s in spent.items()}
+
+
+# -- isolated variants, timed in rounds ------------------------------------------------
+
+BATCH1 = "batch1"
+
+
+def timing_policy(config: BenchConfig) -> dict:
+    """How ``benchmark`` times variants, as recorded in its results."""
+    return {"isolation": "process per variant and thread count (compressor.bench.worker)",
+            "order": "rounds: every variant in turn, the order rotating each round",
+            "block_sentences": config.block, "pause_s": config.pause_s, "wake_runs_per_turn": 1,
+            "warmup": config.warmup,
+            "spinning": "library defaults (onnxruntime allow_spinning on, OMP_WAIT_POLICY unset) "
+                        "unless a row's extra.spinning is false"}
+
+
+def load_sentences(workers, texts: Sequence, warmup: int) -> None:
+    """Give every worker the batch-1 inputs (encoded there, not timed) and warm it: ``warmup``
+    sentences, or every one for a variant that pays per input shape."""
+    for w in workers:
+        w.call("feeds", key=BATCH1, texts=[_jsonable_text(t) for t in texts], batch_size=1)
+    for w in workers:
+        count = len(texts) if _warm_every_shape(w.spec) else min(warmup, len(texts))
+        w.call("warm", key=BATCH1, indices=list(range(count)))
+
+
+def rounds_latency(workers, sentences, block: int, pause_s: float) -> Dict[str, list]:
+    """Batch-1 seconds of each worker on the loaded ``sentences`` (a count: the first that many;
+    or their indices): in rounds of ``block`` sentences, every worker in turn (who goes first
+    rotates), each turn after a ``pause_s`` pause and one untimed wake-up run."""
+    order = list(range(sentences)) if isinstance(sentences, int) else list(sentences)
+    block = max(1, block)
+    times: Dict[str, list] = {w.name: [] for w in workers}
+    n = len(workers)
+    for r, start in enumerate(range(0, len(order), block)):
+        idx = order[start:start + block]
+        for k in range(n):
+            w = workers[(r + k) % n]
+            time.sleep(pause_s)
+            times[w.name] += w.call("time", key=BATCH1, indices=idx, wake=[BATCH1, idx[0]])["times"]
+    return times
+
+
+def rounds_throughput(workers, texts: Sequence, batch_size: int, batches: int,
+                      pause_s: float) -> Dict[str, float]:
+    """Sentences per second over ``batches`` real batches padded to their longest; round ``i``:
+    every worker in turn runs batch ``i`` (after a pause and a batch-1 wake-up run)."""
+    groups = [list(texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)]
+    groups = [g for g in groups if len(g) == batch_size][:batches] or [list(texts[:batch_size])]
+    key = f"batch{batch_size}"
+    flat = [_jsonable_text(t) for g in groups for t in g]
+    for w in workers:
+        w.call("feeds", key=key, texts=flat, batch_size=len(groups[0]))
+        w.call("warm", key=key, indices=list(range(len(groups) if _warm_every_shape(w.spec) else 1)))
+    spent = {w.name: 0.0 for w in workers}
+    n = len(workers)
+    for i in range(len(groups)):
+        for k in range(n):
+            w = workers[(i + k) % n]
+            time.sleep(pause_s)
+            spent[w.name] += w.call("time", key=key, indices=[i], wake=[BATCH1, 0])["times"][0]
+    done = sum(len(g) for g in groups)
+    return {name: round(done / t, 2) for name, t in spent.items()}
+
+
+class OtherLoad:
+    """``with OtherLoad(pids) as load:`` measures ``load.share``: the share of the machine's CPU
+    time that processes other than this one and ``pids`` used meanwhile (a neighbour's job on a
+    shared machine; 0.5 on 2 cores is one core busy). None where /proc cannot tell (not Linux)."""
+
+    def __init__(self, pids: Sequence[int] = ()):
+        self.pids = [os.getpid(), *pids]
+        self.share: Optional[float] = None
+
+    @staticmethod
+    def _machine():
+        with open("/proc/stat") as f:
+            lines = f.read().splitlines()
+        fields = [int(v) for v in lines[0].split()[1:]]
+        busy = sum(fields[:3]) + sum(fields[5:8])     # user nice system, irq softirq steal
+        return busy, sum(1 for ln in lines if ln.startswith("cpu") and ln[3:4].isdigit())
+
+    def _ours(self) -> int:
+        total = 0
+        for pid in self.pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+                total += int(rest[11]) + int(rest[12])      # utime, stime
+            except (OSError, IndexError, ValueError):
+                pass
+        return total
+
+    def __enter__(self):
+        try:
+            self._start = (time.perf_counter(), self._machine()[0], self._ours())
+        except (OSError, ValueError, IndexError):
+            self._start = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._start is None:
+            return False
+        try:
+            busy, cpus = self._machine()
+            ours = self._ours()
+        except (OSError, ValueError, IndexError):
+            return False
+        wall, busy0, ours0 = self._start
+        ticks = os.sysconf("SC_CLK_TCK") * (time.perf_counter() - wall) * max(1, cpus)
+        self.share = round(max(0.0, (busy - busy0) - (ours - ours0)) / ticks, 3) if ticks > 0 else None
+        return False
+
+
+def isolated_latency(specs: Sequence[Spec], texts: Sequence, threads: int,
+                     config: Optional[BenchConfig] = None) -> Dict[str, list]:
+    """Batch-1 seconds of every variant on every text, each variant in a process of its own,
+    timed in rounds (``rounds_latency``); ``config`` gives warm-up, block and pause."""
+    from .worker import Workers
+
+    config = config or BenchConfig()
+    with Workers(specs, threads) as workers:
+        load_sentences(workers, texts, config.warmup)
+        return rounds_latency(workers, len(texts), config.block, config.pause_s)
+
+
+def worker_score(worker, task, dev, batch_size: int = 64) -> dict:
+    """A variant's metrics on the labelled ``dev`` rows, from the logits its worker returns:
+    an ONNX graph one sentence at a time (as ``score_onnx`` scores it), a PyTorch model in
+    batches of ``batch_size`` (as ``score``)."""
+    from compressor.metrics import compute_metrics
+
+    texts = [_jsonable_text(_text(ex)) for ex in dev.examples]
+    bs = 1 if worker.spec.engine == "onnxruntime" else batch_size
+    logits = np.asarray(worker.call("logits", texts=texts, batch_size=bs)["logits"], dtype=np.float32)
+    preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
+    return compute_metrics(task, preds, [ex.label for ex in dev.examples])
+
+
+def _jsonable_text(t):
+    return t if isinstance(t, str) else list(t)
 
 
 def peak_memory(spec: Spec, texts: Sequence, threads: int) -> dict:
@@ -410,48 +567,59 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
     """Measure every variant; return one results row per variant, thread count and batch size.
 
     ``dev`` is the task's labelled dev dataset: its sentences are the timing
-    inputs and its labels the score. ``teacher_value`` fills retention.
+    inputs and its labels the score. ``teacher_value`` fills retention. Each
+    variant is built once per thread count, in a process of its own, which also
+    scores it and weighs its memory (at the first thread count); the variants are
+    timed in rounds (``rounds_latency``, ``rounds_throughput``).
     """
-    import torch
-
     from compressor.metrics import task_score
     from compressor.results import row
+
+    from .worker import Workers
 
     if not specs:
         raise CompressorError("nothing to benchmark: no variants")
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise CompressorError(f"variant names must differ: {', '.join(names)}")
+    if config.block < 1 or config.pause_s < 0:
+        raise CompressorError(f"block must be at least 1 and pause_s not negative (got {config.block}, "
+                              f"{config.pause_s})")
     texts = sample_texts(dev.examples, config.sentences, config.seed)
     # throughput batches come from the whole split (shuffled), so large batches have enough rows
     batch_texts = sample_texts(dev.examples, len(dev.examples), config.seed)
     scores: Dict[str, dict] = {}
+    memory: Dict[str, dict] = {}
     results: Dict[tuple, dict] = {}
-    for threads in config.threads:
-        torch.set_num_threads(threads)
-        log(f"building {len(specs)} variants ({threads} thread{'s' if threads > 1 else ''})")
-        runners = [build(s, threads=threads) for s in specs]
-        if config.score and not scores:
-            for r in runners:
-                log(f"scoring {r.spec.name} on {len(dev)} dev rows")
-                metrics = score(r, task, dev)
-                scores[r.spec.name] = {"metrics": metrics, "score": task_score(task, metrics)}
-        log(f"batch 1: {len(texts)} sentences x {len(runners)} variants, interleaved")
-        times = interleaved_latency(runners, texts, config.warmup)
-        for r in runners:
-            results[(r.spec.name, threads, 1)] = {"latency_ms": percentiles(times[r.spec.name]),
-                                                   "sentences": len(times[r.spec.name])}
-        for bs in config.batch_sizes:
-            log(f"batch {bs}: throughput, interleaved")
-            rates = interleaved_throughput(runners, batch_texts, bs, config.throughput_batches)
-            for name, rate in rates.items():
-                results[(name, threads, bs)] = {"throughput": rate}
-        del runners
-    memory = {}
-    if config.memory:
-        for s in specs:
-            log(f"peak memory of {s.name} (own process)")
-            memory[s.name] = peak_memory(s, texts, config.threads[0])
+    other_load: Dict[int, Optional[float]] = {}   # share of the CPU other processes used while timing
+    for t_i, threads in enumerate(config.threads):
+        log(f"building {len(specs)} variants, each in its own process ({threads} thread{'s' if threads > 1 else ''})")
+        with Workers(specs, threads) as workers:
+            if t_i == 0 and config.memory:
+                for w in workers:
+                    log(f"peak memory of {w.name}")
+                    memory[w.name] = w.call("memory", texts=[_jsonable_text(t) for t in texts[:16]])
+            if t_i == 0 and config.score:
+                for w in workers:
+                    log(f"scoring {w.name} on {len(dev)} dev rows")
+                    metrics = worker_score(w, task, dev)
+                    scores[w.name] = {"metrics": metrics, "score": task_score(task, metrics)}
+            load_sentences(workers, texts, config.warmup)
+            log(f"batch 1: {len(texts)} sentences x {len(specs)} variants, in rounds of {config.block}")
+            with OtherLoad([w.proc.pid for w in workers]) as load:
+                times = rounds_latency(workers, len(texts), config.block, config.pause_s)
+            if load.share is not None and load.share > 0.1:
+                log(f"other processes used {100 * load.share:.0f}% of this machine's CPU while timing: "
+                    "these figures are noisy")
+            for name, measured in times.items():
+                results[(name, threads, 1)] = {"latency_ms": percentiles(measured), "sentences": len(measured)}
+            other_load[threads] = load.share
+            for bs in config.batch_sizes:
+                log(f"batch {bs}: throughput, in rounds")
+                rates = rounds_throughput(workers, batch_texts, bs, config.throughput_batches, config.pause_s)
+                for name, rate in rates.items():
+                    results[(name, threads, bs)] = {"throughput": rate}
+    policy = timing_policy(config)
     rows = []
     for s in specs:
         sc = scores.get(s.name, {})
@@ -459,8 +627,10 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
             if name != s.name:
                 continue
             extra = {"group": s.group, "precision": s.precision, "source": s.source, "path": shown_path(s.path) if s.path else s.path,
-                     "metrics": sc.get("metrics"), **s.extra}
+                     "metrics": sc.get("metrics"), **s.extra, "spinning": s.spinning, "timing": policy}
             extra.update(memory.get(s.name) or {})
+            if bs == 1:
+                extra["other_cpu_share"] = other_load.get(threads)
             rows.append(row(s.name, task.name, "+".join(task.metrics), sc.get("score"), teacher_value,
                             parameters=s.parameters, size_bytes=s.size_bytes, engine=s.engine,
                             device=s.device, threads=threads, batch_size=bs, **measured, extra=extra))

@@ -3,7 +3,8 @@
 Inputs are recipe run folders (their stage records, and the results of a
 ``bench`` stage inside them) and results files (``compressor.results``
 format). Every variant becomes rows in that same format; the report shows,
-per variant, the batch-1 latency at one thread count beside its score, a
+per variant, the batch-1 latency at each thread count measured beside its
+score, each variant's speed-up from more threads, a
 latency-versus-score scatter with the Pareto frontier marked, and the
 machine's fingerprint.
 """
@@ -145,6 +146,7 @@ def json_rows(rows: Sequence[dict], threads: Optional[int] = None) -> List[dict]
     """One row per variant (``compressor report --json``): its batch-1 timing where measured."""
     view = variants(rows, threads)
     timed = {v["name"]: v for v in view["lines"]}
+    scaling = {v["name"]: v for v in thread_scaling(rows)}
     out, seen = [], set()
     for r in rows:
         name = r["name"]
@@ -159,6 +161,9 @@ def json_rows(rows: Sequence[dict], threads: Optional[int] = None) -> List[dict]
             item["extra"] = {**(v.get("extra") or {}), "speedup_teacher": v["speedup_teacher"],
                              "speedup_best_peer": v["speedup_best_peer"], "pareto": v["pareto"],
                              "throughput_best": v.get("throughput_best")}
+            if name in scaling and len(scaling[name]["p50"]) > 1:
+                item["extra"]["p50_ms_by_threads"] = scaling[name]["p50"]
+                item["extra"]["speedup_by_threads"] = scaling[name]["speedup"]
         else:
             item = {k: r.get(k) for k in ("name", "task", "metric", "value", "teacher_value", "retention",
                                           "parameters", "size_bytes", "command", "extra")}
@@ -211,7 +216,7 @@ def markdown(rows: Sequence[dict], title: str = "Compression report", threads: O
     glue = _glue_table(rows)
     lines += glue
     scored = [r for r in rows if r.get("value") is not None and not r.get("latency_ms")
-              and not (r.get("extra") or {}).get("stage")]
+              and not r.get("throughput") and not (r.get("extra") or {}).get("stage")]
     if scored and not glue:   # results without timings (training runs): their scores
         lines += ["## Scores", "", "| variant | task | metric | score | vs teacher | parameters |",
                   "|---|---|---|---:|---:|---:|"]
@@ -224,37 +229,87 @@ def markdown(rows: Sequence[dict], title: str = "Compression report", threads: O
         lines += [f"## Speed and score (batch 1, {t} thread{'s' if t != 1 else ''})", ""]
         if plot_file:
             lines += [f"![latency versus score]({plot_file})", ""]
-        lines += ["| variant | group | engine | precision | parameters | size (MB) | score | retention "
-                  "| p50 (ms) | p90 (ms) | vs teacher | vs best peer | throughput (sent/s @ batch) "
-                  "| peak RSS (MB) | Pareto |",
-                  "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"]
-        for v in view["lines"]:
-            tp = v.get("throughput_best")
-            lines.append(
-                f"| {v['name']} | {_group(v)} | {v.get('engine', '')} | {(v.get('extra') or {}).get('precision', '')} "
-                f"| {_int(v.get('parameters'))} | {_mb(v.get('size_bytes'))} | {_num(v.get('value'))} "
-                f"| {_pct(v.get('retention'))} | {v['p50']:.2f} | {v['p90']:.2f} | {_x(v['speedup_teacher'])} "
-                f"| {_x(v['speedup_best_peer'])} | {f'{tp[1]:.0f} @ {tp[0]}' if tp else ''} "
-                f"| {_num((v.get('extra') or {}).get('peak_rss_mb'), 0)} | {'yes' if v['pareto'] else ''} |")
-        peers = [v for v in view["lines"] if _group(v) == "peer"]
-        teacher = next((v for v in view["lines"] if _group(v) == "teacher" and v.get("engine") == "pytorch"
-                        and (v.get("extra") or {}).get("precision") == "fp32"), None)
-        if teacher and not any(v["name"] == "pytorch-fp32" for v in peers):
-            peers.append({**teacher, "name": "pytorch-fp32"})  # the teacher as it is is that peer
-        if peers:
-            base = next((v for v in peers if v["name"] == "pytorch-fp32"), peers[0])
-            lines += ["", "**Peers** (p50, batch 1, real dev lengths, "
-                      f"{t} thread{'s' if t != 1 else ''}; ratio to {PEER_LABELS.get(base['name'], base['name'])}): "
-                      + ", ".join(f"{_label(v)} {v['p50']:.1f} ms "
-                                  f"({base['p50'] / v['p50']:.2f}x)" for v in sorted(peers, key=lambda v: -v["p50"]))]
-        lines += ["", "Latency: per sentence at its real length, no padding, variants interleaved in one "
-                  "process; speed-ups compare p50. Pareto: no other variant is both faster and better scoring.", ""]
+        lines += _speed_table(view)
+        counts = thread_counts(rows) if threads is None else [t]
+        for other in [c for c in counts if c != t]:   # every other thread count measured
+            lines += ["", f"## Speed and score (batch 1, {other} thread{'s' if other != 1 else ''})", ""]
+            lines += _speed_table(variants(rows, other))
+        if len(counts) > 1:
+            lines += ["", *_threads_table(rows, counts)]
+        isolated = any((r.get("extra") or {}).get("timing") for r in rows if r.get("latency_ms"))
+        how = ("each variant in a process of its own, the variants timed in turn in rounds "
+               "(the results' `extra.timing`)" if isolated else "variants interleaved in one process")
+        lines += ["", f"Latency: per sentence at its real length, no padding, {how}; speed-ups compare "
+                  "p50. Pareto: no other variant is both faster and better scoring.", ""]
         commands = sorted({r.get("command") for r in rows if r.get("command") and r.get("latency_ms")})
         if commands:
             lines += ["Measured by: " + "; ".join(f"`{c}`" for c in commands), ""]
         if view["fingerprint"]:
             lines += ["## Machine", "", _fingerprint_text(view["fingerprint"]), ""]
     return "\n".join(lines)
+
+
+def thread_counts(rows: Sequence[dict]) -> List[int]:
+    """The thread counts at which batch-1 latency was measured, fewest first."""
+    return sorted({r["threads"] for r in rows if r.get("batch_size") == 1 and r.get("latency_ms")
+                   and r.get("threads")})
+
+
+def thread_scaling(rows: Sequence[dict]) -> List[dict]:
+    """Per variant: its batch-1 p50 at each thread count and its speed-up over its own p50 at the
+    fewest threads measured (``{"name", "group", "p50": {threads: ms}, "speedup": {threads: x}}``)."""
+    out: Dict[str, dict] = {}
+    for r in rows:
+        if r.get("batch_size") == 1 and r.get("latency_ms") and r.get("threads"):
+            line = out.setdefault(r["name"], {"name": r["name"], "group": _group(r), "p50": {}, "speedup": {}})
+            line["p50"][r["threads"]] = r["latency_ms"]["p50"]
+    for line in out.values():
+        base = line["p50"][min(line["p50"])]
+        line["speedup"] = {t: round(base / p, 2) for t, p in sorted(line["p50"].items())}
+    return sorted(out.values(), key=lambda v: ({"teacher": 0, "ours": 1, "peer": 2}.get(v["group"], 3),
+                                               v["p50"][min(v["p50"])]))
+
+
+def _threads_table(rows: Sequence[dict], counts: Sequence[int]) -> List[str]:
+    lines = ["## Threads", "", "p50 per sentence (batch 1, ms) at each thread count, and each variant's "
+             f"speed-up over its own {counts[0]}-thread p50.", "",
+             "| variant | group | " + " | ".join(f"p50 @ {c}" for c in counts) + " | "
+             + " | ".join(f"speed-up @ {c}" for c in counts[1:]) + " |",
+             "|---|---|" + "---:|" * (2 * len(counts) - 1)]
+    for v in thread_scaling(rows):
+        lines.append(f"| {v['name']} | {v['group']} | "
+                     + " | ".join(_num(v["p50"].get(c)) for c in counts) + " | "
+                     + " | ".join(_x(v["speedup"].get(c) if c in v["p50"] else None) for c in counts[1:]) + " |")
+    return lines
+
+
+def _speed_table(view: dict) -> List[str]:
+    """One thread count's table of every variant, and the peers line."""
+    t = view["threads"]
+    lines = ["| variant | group | engine | precision | parameters | size (MB) | score | retention "
+             "| p50 (ms) | p90 (ms) | vs teacher | vs best peer | throughput (sent/s @ batch) "
+             "| peak RSS (MB) | Pareto |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"]
+    for v in view["lines"]:
+        tp = v.get("throughput_best")
+        lines.append(
+            f"| {v['name']} | {_group(v)} | {v.get('engine', '')} | {(v.get('extra') or {}).get('precision', '')} "
+            f"| {_int(v.get('parameters'))} | {_mb(v.get('size_bytes'))} | {_num(v.get('value'))} "
+            f"| {_pct(v.get('retention'))} | {v['p50']:.2f} | {v['p90']:.2f} | {_x(v['speedup_teacher'])} "
+            f"| {_x(v['speedup_best_peer'])} | {f'{tp[1]:.0f} @ {tp[0]}' if tp else ''} "
+            f"| {_num((v.get('extra') or {}).get('peak_rss_mb'), 0)} | {'yes' if v['pareto'] else ''} |")
+    peers = [v for v in view["lines"] if _group(v) == "peer"]
+    teacher = next((v for v in view["lines"] if _group(v) == "teacher" and v.get("engine") == "pytorch"
+                    and (v.get("extra") or {}).get("precision") == "fp32"), None)
+    if teacher and not any(v["name"] == "pytorch-fp32" for v in peers):
+        peers.append({**teacher, "name": "pytorch-fp32"})  # the teacher as it is is that peer
+    if peers:
+        base = next((v for v in peers if v["name"] == "pytorch-fp32"), peers[0])
+        lines += ["", "**Peers** (p50, batch 1, real dev lengths, "
+                  f"{t} thread{'s' if t != 1 else ''}; ratio to {PEER_LABELS.get(base['name'], base['name'])}): "
+                  + ", ".join(f"{_label(v)} {v['p50']:.1f} ms "
+                              f"({base['p50'] / v['p50']:.2f}x)" for v in sorted(peers, key=lambda v: -v["p50"]))]
+    return lines
 
 
 def _glue_table(rows: Sequence[dict]) -> List[str]:

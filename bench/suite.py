@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence
 
 from compressor.errors import CompressorError
 
-from .harness import ENGINES, BenchConfig, Spec, benchmark, fingerprint
+from .harness import ENGINES, BenchConfig, Spec, benchmark, fingerprint, timing_policy
 from .peers import DEFAULT_PEERS, peer_specs
 
 
@@ -31,7 +31,8 @@ def specs_for(path: str, name: Optional[str] = None, engines: Sequence[str] = ("
         manifest = read_manifest(path)
         model = os.path.join(path, manifest.get("model_file", "model.onnx"))
         return [Spec(name, path, "onnxruntime", manifest.get("precision", "fp32"), "cpu", group, source,
-                     parameters, os.path.getsize(model))]
+                     _first(parameters, manifest.get("parameters"), lambda: onnx_parameters(model)),
+                     os.path.getsize(model))]
     from .harness import _torch_quantized
 
     quantized = os.path.isdir(path) and _torch_quantized(path)
@@ -119,10 +120,46 @@ def run_benchmark(models: Sequence[str] = (), teacher: Optional[str] = None,
     doc = {"rows": rows, "fingerprint": fingerprint(device), "config": {
         "sentences": config.sentences, "threads": config.threads, "batch_sizes": config.batch_sizes,
         "throughput_batches": config.throughput_batches, "device": device, "data": dev.source,
-        "dev_examples": len(dev), "interleaved": True}}
+        "dev_examples": len(dev), "interleaved": True, "timing": timing_policy(config)}}
     if out:
         write_results(out, rows, command=command, fingerprint_info=doc["fingerprint"], config=doc["config"])
     return doc
+
+
+def _first(*values):
+    """The first value that is not None (a callable is called only when reached)."""
+    for v in values:
+        v = v() if callable(v) else v
+        if v is not None:
+            return v
+    return None
+
+
+QUANT_PARAM_SUFFIXES = ("_scale", "_zero_point")
+
+
+def onnx_parameters(path: str) -> Optional[int]:
+    """Parameters of an ONNX graph: the elements of its initializers, each once (a weight that
+    several nodes share is one initializer), leaving out the scales and zero points that
+    onnxruntime's quantiser adds (named ``<weight>_scale``, ``<weight>_zero_point``), so a
+    quantised graph counts what its source model does. For export folders that predate the
+    manifest's ``parameters``; the export merges initializers of equal value, so an untrained
+    model's identical LayerNorm tensors count once. None if the file cannot be read."""
+    import onnx
+
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception:
+        return None
+    count = 0
+    for init in model.graph.initializer:
+        if init.name.endswith(QUANT_PARAM_SUFFIXES):
+            continue
+        n = 1
+        for d in init.dims:
+            n *= d
+        count += n
+    return count
 
 
 def _saved_precision(path: str) -> str:

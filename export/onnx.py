@@ -49,7 +49,7 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
     ``optimum`` or ``torch``. ``examples`` (task examples) replace the dev split
     for the parity check. Returns the manifest.
     """
-    from compressor.models import load_for_task, resolve_model
+    from compressor.models import count_parameters, load_for_task, resolve_model
     from compressor.scoring import _task_for
 
     if exporter not in ("auto", "optimum", "torch"):
@@ -76,6 +76,9 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
             "inputs": input_names, "opset": opset, "exporter": used, "precision": "fp32",
             "optimization": optimization, "deduplicated_initializers": deduplicated,
             "source": os.path.abspath(path),
+            # the checkpoint's count: the graph's initializers would miss tensors the export
+            # merged because their values happened to be equal (a fresh LayerNorm's ones)
+            "parameters": count_parameters(net),
             "model_type": getattr(net.config, "model_type", type(net).__name__),
             "versions": _versions(),
         }

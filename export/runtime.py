@@ -61,7 +61,7 @@ class Predictor:
     """
 
     def __init__(self, folder: str, threads: Optional[int] = None, providers: Optional[list] = None,
-                 model_file: Optional[str] = None):
+                 model_file: Optional[str] = None, spinning: bool = True):
         manifest_file = os.path.join(folder, "manifest.json")
         if not os.path.isfile(manifest_file):
             raise ExportError(f"{folder} is not an ONNX export folder (no manifest.json)")
@@ -71,7 +71,7 @@ class Predictor:
         self.regression = bool(self.manifest.get("regression"))
         self.max_length = int(self.manifest.get("max_length", 128))
         path = os.path.join(folder, model_file or self.manifest.get("model_file", "model.onnx"))
-        self.session = self._session(path, threads, providers)
+        self.session = self._session(path, threads, providers, spinning)
         self.inputs = [i.name for i in self.session.get_inputs()]
         unknown = [name for name in self.inputs if name not in _INPUTS]
         if unknown:
@@ -83,9 +83,11 @@ class Predictor:
         self.pad_id = _pad_id(folder, self.tokenizer)
 
     @staticmethod
-    def _session(path: str, threads: Optional[int], providers: Optional[list]) -> ort.InferenceSession:
+    def _session(path: str, threads: Optional[int], providers: Optional[list],
+                 spinning: bool = True) -> ort.InferenceSession:
         """The one place the toolkit makes an onnxruntime session; a missing, truncated or corrupt
-        file is one line naming it."""
+        file is one line naming it. ``spinning=False``: idle pool threads sleep at once instead
+        of spinning for work (onnxruntime's ``allow_spinning`` 0)."""
         if not os.path.isfile(path):
             raise ExportError(f"ONNX model not found: {path}")
         options = ort.SessionOptions()
@@ -93,6 +95,9 @@ class Predictor:
         if threads:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
+        if not spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         try:
             return ort.InferenceSession(path, options, providers=providers or ["CPUExecutionProvider"])
         except (_ort_status.InvalidProtobuf, _ort_status.InvalidGraph, _ort_status.InvalidArgument,

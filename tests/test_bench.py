@@ -84,11 +84,147 @@ def test_run_benchmark_measures_every_variant(teacher, dev, tmp_path):
     teacher_row = next(r for r in rows if r["name"] == "teacher")
     mine_row = next(r for r in rows if r["name"] == "mine")
     assert mine_row["value"] == teacher_row["value"] and mine_row["retention"] == 1.0  # same model, other engine
+    # the export's parameters are counted off its graph: the checkpoint's count
+    assert mine_row["parameters"] == teacher_row["parameters"] > 0
+    assert {r["extra"]["timing"]["isolation"].split()[0] for r in rows} == {"process"}
+    assert saved_timing(out)["pause_s"] == config.pause_s
     assert next(r for r in rows if r["name"] == "ort-o2-int8")["extra"]["group"] == "peer"
     saved = read_results(out)
     assert saved["command"] == "test" and len(saved["rows"]) == len(rows)
     fp = saved["fingerprint"]
     assert fp["cores"] and "cpu_flags" in fp and fp["versions"]["onnxruntime"] and fp["cpu_preset"]
+
+
+def saved_timing(path):
+    return read_results(path)["config"]["timing"]
+
+
+def test_graph_parameters_are_the_checkpoints(minilm_pair, tmp_path):
+    from compressor.bench.suite import onnx_parameters, specs_for
+    from compressor.models import count_parameters, load_for_task
+    from compressor.quantize import quantize
+    from compressor.quantize.configs import quantize_config
+
+    checkpoint, onnx_dir = minilm_pair
+    params = count_parameters(load_for_task(checkpoint)[0])
+    int8 = str(tmp_path / "int8")
+    quantize(onnx_dir, int8, quantize_config(method="dynamic", preset="avx2"),
+             dev_set=load_split("sst2", "dev", data_dir="embedded", limit=8))
+    assert specs_for(onnx_dir)[0].parameters == specs_for(int8)[0].parameters == params  # the manifest's
+    # counted off the graph: the same weights, the INT8 graph's scales and zero points left out
+    assert onnx_parameters(os.path.join(onnx_dir, "model.onnx")) == params
+    assert onnx_parameters(os.path.join(int8, "model.onnx")) == params
+    manifest = json.load(open(os.path.join(int8, "manifest.json")))
+    del manifest["parameters"]    # an export folder made before the manifest carried the count
+    json.dump(manifest, open(os.path.join(int8, "manifest.json"), "w"))
+    assert specs_for(int8)[0].parameters == params
+    assert onnx_parameters(str(tmp_path / "missing.onnx")) is None
+
+
+def test_worker_replies_survive_library_prints_and_errors_are_one_line(minilm_pair, tmp_path):
+    """A worker's stdout belongs to the protocol: what a library prints (Python or C) goes to
+    stderr; a variant that cannot be built is one line naming it."""
+    import subprocess
+    import sys
+    from dataclasses import asdict
+
+    from compressor.bench.harness import Spec
+    from compressor.bench.worker import Worker
+
+    noisy = ("import os\nfrom compressor.bench import worker as w\nbuild = w._Session.build\n"
+             "def loud(self, *a, **k):\n    print('printed by a library')\n"
+             "    os.write(1, b'written to fd 1\\n')\n    return build(self, *a, **k)\n"
+             "w._Session.build = loud\nw.main()\n")
+    request = json.dumps({"op": "build", "spec": asdict(Spec("t", minilm_pair[1], "onnxruntime")), "threads": 1})
+    done = subprocess.run([sys.executable, "-c", noisy], input=request + "\n" + '{"op": "quit"}\n',
+                          capture_output=True, text=True, timeout=300)
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["ok"] for r in replies] == [True, True] and replies[0]["build_s"] > 0
+    assert "printed by a library" in done.stderr and "written to fd 1" in done.stderr
+    worker = Worker(Spec("broken", str(tmp_path / "nowhere"), "onnxruntime"), 1)
+    try:
+        with pytest.raises(CompressorError) as err:
+            worker.call("build", spec=asdict(worker.spec), threads=1)
+        assert str(err.value).startswith("broken: ") and "\n" not in str(err.value)
+        with pytest.raises(CompressorError, match="unknown request"):
+            worker.call("explode")
+    finally:
+        worker.close()
+    assert worker.proc.returncode is not None
+
+
+@pytest.fixture(scope="module")
+def minilm_pair(tmp_path_factory, minilm_dir):
+    """MiniLM-L6 with an untrained SST-2 head (a few ms a sentence here) and its ONNX export."""
+    from compressor.data import get_task
+    from compressor.export.onnx import export_onnx
+    from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
+
+    root = tmp_path_factory.mktemp("minilm")
+    torch.manual_seed(0)
+    net, tokenizer = load_for_task(minilm_dir, get_task("sst2"))
+    save_checkpoint(net, tokenizer, str(root / "ckpt"), checkpoint_meta(get_task("sst2"), 64, "test"))
+    export_onnx(str(root / "ckpt"), str(root / "onnx"), parity=False)
+    return str(root / "ckpt"), str(root / "onnx")
+
+
+def interference_attempt(workers, count: int, block: int, pause_s: float) -> dict:
+    """Per variant, the median over blocks of (p50 beside the other / p50 alone), every block
+    timed alone, beside the other, alone again; and the share of the CPU that other processes
+    used meanwhile (``OtherLoad``)."""
+    from compressor.bench.harness import OtherLoad, rounds_latency
+
+    def alone(block_range):
+        return {w.name: np.median(rounds_latency([w], block_range, block, pause_s)[w.name]) for w in workers}
+
+    ratios = {w.name: [] for w in workers}
+    with OtherLoad([w.proc.pid for w in workers if hasattr(w, "proc")]) as load:
+        for start in range(0, count, block):
+            block_range = range(start, start + block)
+            before = alone(block_range)
+            beside = rounds_latency(workers, block_range, block, pause_s)
+            after = alone(block_range)
+            for name in ratios:
+                ratios[name].append(np.median(beside[name]) / ((before[name] + after[name]) / 2))
+    return {"ratio": {n: round(float(np.median(r)), 3) for n, r in ratios.items()}, "other_load": load.share,
+            "p50_alone_ms": {n: round(1000 * float(before[n]), 2) for n in before}}
+
+
+def test_interleaved_variants_time_as_they_do_alone_at_two_threads(minilm_pair):
+    """Issue 15: interleaved in one process, an idle variant's spinning threads (onnxruntime's
+    pool, PyTorch's OpenMP team) took the cores from the one being timed, near doubling its
+    latency at 2 threads. In processes of their own, timed in rounds, each variant's p50 beside
+    the other stays within 15% of its p50 alone (every block timed alone, beside, alone again).
+    This 2-core machine is shared: an attempt counts only if other processes used under 10% of
+    its CPU meanwhile (and is made only after a quiet second); when none of four does, timing
+    means nothing and the test skips.
+    The same logic on the old in-process runners gave ratios of 1.5-1.9."""
+    import time
+
+    from compressor.bench.harness import BenchConfig, OtherLoad, Spec, load_sentences, sample_texts
+    from compressor.bench.worker import Workers
+
+    checkpoint, onnx_dir = minilm_pair
+    texts = sample_texts(load_split("sst2", "dev", data_dir="embedded").examples, 30)
+    config = BenchConfig(warmup=5, block=5, pause_s=0.05)
+    attempts, quiet = [], []
+    with Workers([Spec("onnx", onnx_dir, "onnxruntime"), Spec("pytorch", checkpoint)], 2) as workers:
+        load_sentences(workers, texts, config.warmup)
+        for _ in range(4):
+            with OtherLoad() as idle:   # a busy machine is not worth an attempt
+                time.sleep(1.0)
+            if idle.share is not None and idle.share >= 0.1:
+                attempts.append({"other_load_idle": idle.share})
+                time.sleep(2.0)
+                continue
+            attempts.append(interference_attempt(workers, len(texts), config.block, config.pause_s))
+            if attempts[-1]["other_load"] is not None and attempts[-1]["other_load"] < 0.1:
+                quiet.append(attempts[-1])
+                break
+    if not quiet:
+        pytest.skip(f"other processes kept this machine too busy to time: {attempts}")
+    assert all(1 / 1.15 <= r <= 1.15 for r in quiet[-1]["ratio"].values()), quiet
+    assert quiet[-1]["p50_alone_ms"]["onnx"] > 2   # big enough that spinning threads would show
 
 
 def test_bench_command_line_errors(tmp_path):

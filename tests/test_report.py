@@ -69,6 +69,34 @@ def test_markdown_html_and_plot(results_file, tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
+def test_every_thread_count_gets_a_table_and_a_speedup(tmp_path):
+    rows = [_timed("teacher", "teacher", 20.0, 90.0, engine="pytorch"),
+            _timed("teacher", "teacher", 12.5, 90.0, threads=2, engine="pytorch"),
+            _timed("student-int8", "ours", 4.0, 87.0),
+            _timed("student-int8", "ours", 2.5, 87.0, threads=2),
+            _timed("ort-o2-int8", "peer", 5.0, 86.0)]          # measured at 1 thread only
+    path = str(tmp_path / "results.json")
+    write_results(path, rows, command="compressor bench --threads 1,2")
+    res = CliRunner().invoke(cli, ["report", path, "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    md = open(tmp_path / "rep" / "report.md").read()
+    assert "## Speed and score (batch 1, 1 thread)" in md and "## Speed and score (batch 1, 2 threads)" in md
+    two = md.split("## Speed and score (batch 1, 2 threads)")[1].split("## Threads")[0]
+    assert "| student-int8 | ours | onnxruntime | fp32 | 1,000 | 4.0 | 87.00 | 96.7% | 2.50 |" in two
+    assert "ort-o2-int8" not in two.split("**Peers**")[0]
+    assert "| p50 @ 1 | p50 @ 2 | speed-up @ 2 |" in md
+    assert "| teacher | teacher | 20.00 | 12.50 | 1.60x |" in md
+    assert "| student-int8 | ours | 4.00 | 2.50 | 1.60x |" in md and "| ort-o2-int8 | peer | 5.00 |  |  |" in md
+    # one thread count asked for: that table alone
+    res = CliRunner().invoke(cli, ["report", path, "--out", str(tmp_path / "rep2"), "--threads", "2"])
+    md2 = open(tmp_path / "rep2" / "report.md").read()
+    assert "2 threads)" in md2 and "1 thread)" not in md2 and "## Threads" not in md2
+    res = CliRunner().invoke(cli, ["report", path, "--json"])
+    by = {r["name"]: r for r in map(json.loads, res.output.splitlines())}
+    assert by["teacher"]["extra"]["speedup_by_threads"] == {"1": 1.0, "2": 1.6}
+    assert "speedup_by_threads" not in by["ort-o2-int8"]["extra"]
+
+
 def test_json_prints_one_row_per_variant(results_file):
     res = CliRunner().invoke(cli, ["report", results_file, "--json"])
     assert res.exit_code == 0, res.output
