@@ -34,6 +34,11 @@ def register(cli):
     @click.option("--batch-sizes", default="32", show_default=True, help="Throughput batch sizes (or none).")
     @click.option("--throughput-batches", type=int, default=4, show_default=True,
                   help="Batches timed per batch size and variant.")
+    @click.option("--block", type=int, default=20, show_default=True,
+                  help="Sentences a variant times per turn (each variant runs in its own process; "
+                       "the variants take turns in rounds).")
+    @click.option("--pause", type=float, default=0.1, show_default=True,
+                  help="Seconds between turns, so the last variant's idle threads stop spinning.")
     @click.option("--no-score", is_flag=True, help="Skip the dev metric.")
     @click.option("--no-memory", is_flag=True, help="Skip peak memory (one subprocess per variant).")
     @click.option("--task", default=None)
@@ -41,7 +46,7 @@ def register(cli):
     @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Results JSON to write.")
     @click.option("--work-dir", default=None, help="Where the peers' models go [default: OUT's folder/peers].")
     def bench_cmd(models, teacher, peers, preset, engines, precisions, device, threads, sentences, batch_sizes,
-                  throughput_batches, no_score, no_memory, task, data_dir, out, work_dir):
+                  throughput_batches, block, pause, no_score, no_memory, task, data_dir, out, work_dir):
         """Latency (p50/p90/p99, batch 1), throughput, memory, size and dev score of MODELS and peers."""
         from compressor.results import command_line
 
@@ -52,7 +57,7 @@ def register(cli):
         config = BenchConfig(sentences=sentences, threads=_ints(threads),
                              batch_sizes=_ints(batch_sizes) if batch_sizes != "none" else [],
                              throughput_batches=throughput_batches, score=not no_score,
-                             memory=not no_memory)
+                             memory=not no_memory, block=block, pause_s=pause)
         doc = run_benchmark(models, teacher=teacher, peers=_names(peers), task=task, data_dir=data_dir,
                             config=config, engines=_names(engines), precisions=_names(precisions),
                             device=device, work_dir=work_dir, out=out, preset=preset,

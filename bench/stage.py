@@ -26,6 +26,8 @@ class BenchStageConfig:
     engines: List[str] = setting(default_factory=lambda: ["pytorch"], choices=ENGINES,
                                  what="engine")   # for checkpoints; + pytorch-compile
     memory: bool = True                    # peak resident memory per variant (own process each)
+    block: int = setting(20, check=positive)        # sentences a variant times per turn, in rounds
+    pause_s: float = setting(0.1, check=not_negative)   # between turns: idle threads stop spinning
 
 
 def _kinds() -> tuple:
@@ -67,7 +69,7 @@ def bench_stage(ctx, config: BenchStageConfig) -> dict:
             raise CompressorError(f"bench: cannot run the model of {s['dir']} ({exc})") from None
     bench_config = BenchConfig(sentences=config.sentences, warmup=config.warmup, threads=config.threads,
                                batch_sizes=config.batch_sizes, throughput_batches=config.throughput_batches,
-                               memory=config.memory)
+                               memory=config.memory, block=config.block, pause_s=config.pause_s)
     peers = list(config.peers)
     if "pytorch-fp32" in peers:
         peers.remove("pytorch-fp32")  # the teacher in eager FP32 is that peer, already timed
