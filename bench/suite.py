@@ -1,4 +1,5 @@
-"""``compressor bench``: benchmark checkpoints, export folders and peers in one process.
+"""``compressor bench``: benchmark checkpoints, export folders and peers, side by side (each in a
+process of its own, timed in rounds: ``compressor.bench.harness.benchmark``).
 
 ``run_benchmark`` is the public entry point; the recipe stage ``bench`` and the
 command line both call it.
