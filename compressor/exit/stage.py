@@ -29,6 +29,15 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
     device = resolve_device(config.device)
     start = time.perf_counter()
     parameters_before = count_parameters(model)
+    before = None
+    if config.training == "joint":   # the model changes too: score it as it came
+        from ..metrics import task_score
+        from ..scoring import score
+
+        model.to(device)
+        before = score(model, tokenizer, dev_set, config.max_length, 64, device,
+                       desc=f"{desc}: score the model as given")
+        before = {"metrics": before, "score": task_score(dev_set.task, before)}
     net = EarlyExitModel(model, config.layers, config.dropout, tolerance=config.tolerance,
                          pooling=config.pooling)
     fit_set, held = hold_out(train_set, config.calibrate.rows, config.seed)
@@ -38,8 +47,11 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
     net.to("cpu").eval()
     return net, {
         "metrics": report["metrics"], "score": report["score"], "split": "dev",
-        "metrics_before": report["metrics_without_exits"],
-        "score_before": report["score_without_exits"],
+        # the model as given, and its own classifier after training (the same unless joint)
+        "metrics_before": (before or {}).get("metrics", report["metrics_without_exits"]),
+        "score_before": (before or {}).get("score", report["score_without_exits"]),
+        "metrics_without_exits": report["metrics_without_exits"],
+        "score_without_exits": report["score_without_exits"],
         "parameters": count_parameters(net), "parameters_before": parameters_before,
         "exit_layers": net.exit_layers, "layers": net.total_layers, "rule": net.rule,
         "threshold": net.threshold, "calibration": calibration, "dev": report,
