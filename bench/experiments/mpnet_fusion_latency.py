@@ -16,6 +16,10 @@ Writes ``compressor.results`` JSON.
 
     flock -x /tmp/cpu.lock .venv/bin/python -m bench.experiments.mpnet_fusion_latency \\
         --model /tmp/mpnet-base-fp32 --out bench/results/mpnet-fusion-latency.json
+    # inputs of 128 tokens (dev sentences joined), where attention is a larger share
+    flock -x /tmp/cpu.lock .venv/bin/python -m bench.experiments.mpnet_fusion_latency \\
+        --model /tmp/mpnet-base-fp32 --long 120 --sentences 30 --rounds 3 \\
+        --out bench/results/mpnet-fusion-latency-long.json
 """
 from __future__ import annotations
 
@@ -77,13 +81,24 @@ def build_models(model: str, work: str, data_dir: str, dev) -> tuple:
     return folders, record
 
 
-def time_one(folder: str, name: str, data_dir: str, sentences: int, warmup: int, threads: int) -> list:
-    """Batch-1 seconds of one export folder on ``sentences`` dev sentences, in this process."""
+def time_one(folder: str, name: str, data_dir: str, sentences: int, warmup: int, threads: int,
+             long: int = 0) -> list:
+    """Batch-1 seconds of one export folder on ``sentences`` dev sentences, in this process;
+    ``long``: each input is dev sentences joined to at least ``long`` words (the tokenizer then
+    cuts it at the export's max length, 128 tokens)."""
     from compressor.bench.harness import Spec, build, interleaved_latency, sample_texts
     from compressor.data import load_split
 
     dev = load_split("sst2", "dev", data_dir=data_dir)
-    texts = sample_texts(dev.examples, sentences, 0)
+    texts = sample_texts(dev.examples, sentences * (8 if long else 1), 0)
+    if long:
+        joined, current = [], []
+        for text in texts:
+            current.append(text)
+            if len(" ".join(current).split()) >= long:
+                joined.append(" ".join(current))
+                current = []
+        texts = joined[:sentences]
     runner = build(Spec(name, folder, "onnxruntime", device="cpu"), threads=threads)
     return interleaved_latency([runner], texts, warmup)[name]
 
@@ -97,7 +112,7 @@ def timed_rounds(folders: dict, args) -> dict:
         for name, threads in order:
             cmd = [sys.executable, "-m", "bench.experiments.mpnet_fusion_latency", "--time", folders[name],
                    "--name", name, "--threads", str(threads), "--data-dir", args.data_dir,
-                   "--sentences", str(args.sentences), "--warmup", str(args.warmup)]
+                   "--sentences", str(args.sentences), "--warmup", str(args.warmup), "--long", str(args.long)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True,
                                  env={**os.environ, "OMP_NUM_THREADS": str(threads)})
             seconds = json.loads(out.stdout.strip().splitlines()[-1])
@@ -116,6 +131,8 @@ def main():
     ap.add_argument("--sentences", type=int, default=100, help="dev sentences timed per round")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--long", type=int, default=0,
+                    help="time inputs of dev sentences joined to at least this many words (cut at 128 tokens)")
     ap.add_argument("--build-only", action="store_true", help="export and quantise, time nothing")
     ap.add_argument("--time", help=argparse.SUPPRESS)    # child: time this export folder, print JSON
     ap.add_argument("--name", help=argparse.SUPPRESS)
@@ -123,7 +140,7 @@ def main():
     args = ap.parse_args()
     if args.time:
         print(json.dumps(time_one(args.time, args.name, args.data_dir, args.sentences, args.warmup,
-                                  args.threads)))
+                                  args.threads, args.long)))
         return
     if not args.model or not (args.out or args.build_only):
         ap.error("--model and --out are required")
@@ -152,7 +169,7 @@ def main():
         paired = float(np.median([np.median(a) / np.median(b) for a, b in zip(times[ref], rounds)]))
         size = os.path.getsize(os.path.join(folders[name], "model.onnx"))
         rows.append(row(
-            f"{name}-t{threads}", "sst2", "accuracy", None, None,
+            f"{name}-t{threads}" + (f"-long{args.long}" if args.long else ""), "sst2", "accuracy", None, None,
             parameters=record[variant]["parameters"], size_bytes=size, engine="onnxruntime", device="cpu",
             threads=threads, batch_size=1, latency_ms=percentiles(sum(rounds, [])), extra={
                 "variant": variant, "precision": precision, "path": shown_path(folders[name]),
@@ -175,7 +192,9 @@ def main():
                      "fused": "export_onnx as it is: export/mpnet_fusion.py, one MultiHeadAttention per layer"},
         "quantization": "compressor quantize: onnxruntime dynamic INT8, preset auto",
         "timing": {"sentences_per_round": args.sentences, "rounds": args.rounds, "warmup": args.warmup,
-                   "threads": list(THREADS), "batch_size": 1, "process_per_variant_and_round": True,
+                   "threads": list(THREADS), "batch_size": 1,
+                   "inputs": (f"dev sentences joined to >= {args.long} words, cut at 128 tokens" if args.long
+                              else "single dev sentences at their real lengths"), "process_per_variant_and_round": True,
                    "order": "rotating per round", "data": dev.source,
                    "load_average_before": [round(v, 2) for v in load_before],
                    "load_average_after": [round(v, 2) for v in load_after]},
