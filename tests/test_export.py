@@ -72,8 +72,10 @@ def test_every_architecture_exports_with_dynamic_axes_and_parity(arch, checkpoin
     assert parity["identical_predictions"] >= 0.995 and parity["max_abs_logit_diff"] < 1e-4
     fusions = manifest["optimization"]["fusions"]
     assert fusions.get("SkipLayerNormalization", 0) >= 2
-    # MPNet's shared relative position bias keeps its attention unfused; the others fuse it
+    # onnxruntime fuses Attention; MPNet's relative position bias needs the toolkit's own
+    # MultiHeadAttention fusion (export/mpnet_fusion.py)
     assert ("Attention" in fusions) == (arch != "mpnet")
+    assert ("MultiHeadAttention" in fusions) == (arch == "mpnet")
 
 
 def test_torch_onnx_exporter_and_pruned_heads_that_differ_per_layer(tmp_path, tokenizer):

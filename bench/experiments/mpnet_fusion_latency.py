@@ -105,7 +105,7 @@ def time_one(folder: str, name: str, data_dir: str, sentences: int, warmup: int,
 
 def timed_rounds(folders: dict, args) -> dict:
     """(name, threads) -> [seconds of each round], a fresh process per variant and round."""
-    keys = [(name, t) for t in THREADS for name in folders]
+    keys = [(name, t) for t in args.thread_counts for name in folders]
     times = {k: [] for k in keys}
     for r in range(args.rounds):
         order = keys[r % len(keys):] + keys[:r % len(keys)]
@@ -131,6 +131,8 @@ def main():
     ap.add_argument("--sentences", type=int, default=100, help="dev sentences timed per round")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--thread-counts", type=lambda v: [int(x) for x in v.split(",")], default=list(THREADS),
+                    help="intra-op thread counts to time, comma-separated (default 1,2)")
     ap.add_argument("--long", type=int, default=0,
                     help="time inputs of dev sentences joined to at least this many words (cut at 128 tokens)")
     ap.add_argument("--build-only", action="store_true", help="export and quantise, time nothing")
@@ -192,7 +194,7 @@ def main():
                      "fused": "export_onnx as it is: export/mpnet_fusion.py, one MultiHeadAttention per layer"},
         "quantization": "compressor quantize: onnxruntime dynamic INT8, preset auto",
         "timing": {"sentences_per_round": args.sentences, "rounds": args.rounds, "warmup": args.warmup,
-                   "threads": list(THREADS), "batch_size": 1,
+                   "threads": args.thread_counts, "batch_size": 1,
                    "inputs": (f"dev sentences joined to >= {args.long} words, cut at 128 tokens" if args.long
                               else "single dev sentences at their real lengths"), "process_per_variant_and_round": True,
                    "order": "rotating per round", "data": dev.source,
