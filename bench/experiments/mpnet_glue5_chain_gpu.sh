@@ -1,0 +1,101 @@
+#!/bin/bash
+# The headline's students and chain (issue 14) on one GPU (device tool), in two calls on one warm
+# machine:
+#   PHASE=students: each task's teacher (mpnet_glue5_teachers.sh's settings, skipped where WORK
+#     has it already), then two 6-layer students per task side by side, both from every other teacher
+#     layer (2, 4, ..., 12 in 1-based terms): "kd" (soft targets at T=2, as the earlier
+#     students, with more epochs on the small tasks) and "pkd" (the same plus every student
+#     layer's hidden states against the teacher layer it was copied from: hidden.mapping=uniform).
+#   PHASE=chain: the pkd student (chosen before any run, not on dev) loses half of its heads
+#     (gradient importance) and half of its FFN neurons (Taylor importance) in one step,
+#     recovered by distillation from the 12-layer teacher (soft targets + hidden states), then
+#     its vocabulary shrinks to the word pieces the task's training data uses.
+# Dev is scored once, at the end of every run: no checkpoint and no variant is chosen on dev.
+# The models stay on the GPU machine; their metrics, configs, per-layer shapes and tokenizers
+# come back in OUT_DIR/back.tar, for the latency of identical shapes on the CPU
+# (bench/experiments/mpnet_glue5_latency.py).
+#   MPNET=BASE_FOLDER PHASE=students bash bench/experiments/mpnet_glue5_chain_gpu.sh GLUE_DIR OUT_DIR
+#   PHASE=chain bash bench/experiments/mpnet_glue5_chain_gpu.sh GLUE_DIR OUT_DIR
+# LIMITS="--train-limit 64 --dev-limit 32" QLIMITS="--dev-limit 32" DEVICE=cpu TASKS="rte" make a dry run.
+set -euo pipefail
+GLUE=$1; OUT=$2
+export COMPRESSOR_PROGRESS=0 PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
+WORK=${WORK:-$HOME/glue5}; DEVICE=${DEVICE:-cuda}; LIMITS=${LIMITS:-}
+PRECISION=${PRECISION:-bf16}; [ "$DEVICE" = cpu ] && PRECISION=fp32
+TASKS=${TASKS:-sst2 cola mrpc stsb rte}
+ONCE=1000000
+mkdir -p "$OUT/logs"
+log() { echo "$*" | sed "s|$HOME/|~/|g" >> "$OUT/commands-$PHASE.txt"; }
+: > "$OUT/commands-$PHASE.txt"
+# task -> epochs batch (the teachers' batch sizes; small tasks get more student epochs)
+spec() { case $1 in sst2) echo "2 32";; cola) echo "6 32";; *) echo "6 16";; esac; }
+job() {  # name command...: run in the background, keep the log and metrics.json
+  local name=$1; shift; log "$@"
+  ( "$@" > "$OUT/logs/$name.log" 2>&1 && cp "$WORK/$name/metrics.json" "$OUT/$name-metrics.json" \
+    || echo "FAILED $name" >> "$OUT/logs/failed.txt" ) &
+}
+int8() {  # name: fused ONNX export, dynamic INT8 (avx512_vnni preset, as the CPU timing), dev score
+  local name=$1
+  E=(python3 -m compressor export "$WORK/$name" --out "$WORK/$name-onnx" --exporter torch --data-dir "$GLUE" --overwrite)
+  Q=(python3 -m compressor quantize "$WORK/$name-onnx" --out "$WORK/$name-int8" --data-dir "$GLUE"
+    --preset avx512_vnni --threads 2 --overwrite ${QLIMITS:-})
+  log "${E[@]}"; log "${Q[@]}"
+  "${E[@]}" > "$OUT/logs/$name-onnx.log" 2>&1 && "${Q[@]}" > "$OUT/logs/$name-int8.log" 2>&1 \
+    && cp "$WORK/$name-int8/quantize.json" "$OUT/$name-int8-quantize.json"
+}
+case ${PHASE:?PHASE=students or chain} in
+students)
+  [ -f "$WORK/mpnet/config.json" ] || python3 -m bench.experiments.widen "${MPNET:?MPNET=folder of the base encoder}" "$WORK/mpnet"
+  for task in $TASKS; do
+   (
+    # the teacher first where this machine has none (mpnet_glue5_teachers.sh's settings)
+    if [ ! -f "$WORK/$task/metrics.json" ]; then
+      case $task in sst2) t="2 32";; cola) t="3 32";; *) t="5 16";; esac; set -- $t
+      T=(python3 -m compressor finetune --model "$WORK/mpnet" --task $task --data-dir "$GLUE" --out "$WORK/$task"
+        --epochs "$1" --batch-size "$2" --lr 2e-5 --max-length 128 --warmup 0.06 --eval-every $ONCE --seed 42
+        --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
+      log "${T[@]}"
+      "${T[@]}" > "$OUT/logs/$task.log" 2>&1 && cp "$WORK/$task/metrics.json" "$OUT/$task-metrics.json" \
+        || { echo "FAILED $task" >> "$OUT/logs/failed.txt"; exit 1; }
+    fi
+    set -- $(spec $task)
+    common=(--teacher "$WORK/$task" --data-dir "$GLUE" --student num_layers=6 --student pick=every
+      --loss kd=1 --loss kd.temperature=2 --epochs "$1" --batch-size "$2" --lr 5e-5 --warmup 0.06
+      --max-length 128 --eval-every $ONCE --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
+    [ $task != sst2 ] && job $task-6L-kd python3 -m compressor distill --out "$WORK/$task-6L-kd" "${common[@]}"
+    job $task-6L-pkd python3 -m compressor distill --out "$WORK/$task-6L-pkd" "${common[@]}" \
+      --loss hidden=1 --loss hidden.mapping=uniform --no-cache
+    wait
+   ) &
+  done
+  wait ;;
+chain)
+  for task in $TASKS; do
+    set -- $(spec $task)
+    P1=(python3 -m compressor prune --model "$WORK/$task-6L-pkd" --out "$WORK/$task-chain-hf"
+      --data-dir "$GLUE" --set heads=0.5 --set ffn=0.5 --set iterations=1 --set device="$DEVICE"
+      --set teacher="$WORK/$task" --recover mode=distill --recover losses.kd=1
+      --recover losses.kd.temperature=2 --recover losses.hidden=1 --recover epochs="$1"
+      --recover batch_size="$2" --recover lr=5e-5 --recover eval_every=$ONCE
+      --recover precision=$PRECISION --recover device="$DEVICE" --overwrite $LIMITS)
+    P2=(python3 -m compressor prune --model "$WORK/$task-chain-hf" --out "$WORK/$task-chain"
+      --data-dir "$GLUE" --method vocab --recover mode=none --overwrite $LIMITS)
+    log "${P1[@]}"; log "${P2[@]}"
+    ( "${P1[@]}" > "$OUT/logs/$task-chain-hf.log" 2>&1 \
+      && cp "$WORK/$task-chain-hf/metrics.json" "$OUT/$task-chain-hf-metrics.json" \
+      && "${P2[@]}" > "$OUT/logs/$task-chain.log" 2>&1 \
+      && cp "$WORK/$task-chain/metrics.json" "$OUT/$task-chain-metrics.json" \
+      && int8 $task-chain \
+      || echo "FAILED $task-chain" >> "$OUT/logs/failed.txt" ) &
+    ( int8 $task || echo "FAILED $task-int8" >> "$OUT/logs/failed.txt" ) &
+  done
+  wait ;;
+esac
+cat "$OUT/logs/failed.txt" 2>/dev/null || true
+# what comes back: metrics, and each model's configs, shape and tokenizer (no weights)
+( cd "$WORK" && find . -maxdepth 2 \( -name 'config.json' -o -name 'compressor.json' -o -name 'tokenizer*.json' \
+    -o -name 'vocab.txt' -o -name 'special_tokens_map.json' -o -name 'metrics.json' -o -name 'quantize.json' \
+    -o -name 'manifest.json' -o -name 'parity.json' \) -print0 \
+  | tar --null -cf "$OUT/back-$PHASE.tar" -T - )
+rm -f "$OUT"/*-metrics.json.tmp* 2>/dev/null || true
+ls -la "$OUT"
