@@ -16,6 +16,8 @@
 # (bench/experiments/mpnet_glue5_latency.py).
 #   MPNET=BASE_FOLDER PHASE=students bash bench/experiments/mpnet_glue5_chain_gpu.sh GLUE_DIR OUT_DIR
 #   PHASE=chain bash bench/experiments/mpnet_glue5_chain_gpu.sh GLUE_DIR OUT_DIR
+#   MPNET=BASE_FOLDER PHASE=pipeline TASKS="cola mrpc stsb rte" bash ... (everything in one call:
+#     the machine does not keep files between calls unless the next comes within 30 s)
 # LIMITS="--train-limit 64 --dev-limit 32" QLIMITS="--dev-limit 32" DEVICE=cpu TASKS="rte" make a dry run.
 set -euo pipefail
 GLUE=$1; OUT=$2
@@ -43,7 +45,7 @@ int8() {  # name: fused ONNX export, dynamic INT8 (avx512_vnni preset, as the CP
   "${E[@]}" > "$OUT/logs/$name-onnx.log" 2>&1 && "${Q[@]}" > "$OUT/logs/$name-int8.log" 2>&1 \
     && cp "$WORK/$name-int8/quantize.json" "$OUT/$name-int8-quantize.json"
 }
-case ${PHASE:?PHASE=students or chain} in
+case ${PHASE:?PHASE=students, chain or pipeline} in
 students)
   [ -f "$WORK/mpnet/config.json" ] || python3 -m bench.experiments.widen "${MPNET:?MPNET=folder of the base encoder}" "$WORK/mpnet"
   for task in $TASKS; do
@@ -88,6 +90,56 @@ chain)
       && int8 $task-chain \
       || echo "FAILED $task-chain" >> "$OUT/logs/failed.txt" ) &
     ( int8 $task || echo "FAILED $task-int8" >> "$OUT/logs/failed.txt" ) &
+  done
+  wait ;;
+pipeline)
+  # one call per machine: per task, the teacher, then the kd student (the pkd variant scored
+  # lower on SST-2, MRPC, RTE and CoLA dev in the students phase, so the chain starts from kd),
+  # the chain from it and INT8; beside it, BERT-of-Theseus 12 -> 6 from the same teacher.
+  [ -f "$WORK/mpnet/config.json" ] || python3 -m bench.experiments.widen "${MPNET:?MPNET=folder of the base encoder}" "$WORK/mpnet"
+  for task in $TASKS; do
+   (
+    case $task in sst2) t="2 32";; cola) t="3 32";; *) t="5 16";; esac; set -- $t
+    T=(python3 -m compressor finetune --model "$WORK/mpnet" --task $task --data-dir "$GLUE" --out "$WORK/$task"
+      --epochs "$1" --batch-size "$2" --lr 2e-5 --max-length 128 --warmup 0.06 --eval-every $ONCE --seed 42
+      --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
+    log "${T[@]}"
+    "${T[@]}" > "$OUT/logs/$task.log" 2>&1 && cp "$WORK/$task/metrics.json" "$OUT/$task-metrics.json" \
+      || { echo "FAILED $task" >> "$OUT/logs/failed.txt"; exit 1; }
+    set -- $(spec $task)
+    TH=(python3 -m compressor theseus --model "$WORK/$task" --out "$WORK/$task-theseus" --data-dir "$GLUE"
+      --set num_layers=6 --set init=last --set schedule=constant --set rate=0.5
+      --set replacing_epochs="$1" --set finetune_epochs=2 --set lr=5e-5 --set batch_size="$2"
+      --set max_length=128 --set eval_every=$ONCE --set device="$DEVICE" --set precision=$PRECISION
+      --overwrite $LIMITS)
+    log "${TH[@]}"
+    ( "${TH[@]}" > "$OUT/logs/$task-theseus.log" 2>&1 \
+      && cp "$WORK/$task-theseus/metrics.json" "$OUT/$task-theseus-metrics.json" \
+      || echo "FAILED $task-theseus" >> "$OUT/logs/failed.txt" ) &
+    S=(python3 -m compressor distill --out "$WORK/$task-6L-kd" --teacher "$WORK/$task" --data-dir "$GLUE"
+      --student num_layers=6 --student pick=every --loss kd=1 --loss kd.temperature=2 --epochs "$1"
+      --batch-size "$2" --lr 5e-5 --warmup 0.06 --max-length 128 --eval-every $ONCE
+      --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
+    P1=(python3 -m compressor prune --model "$WORK/$task-6L-kd" --out "$WORK/$task-chain-hf"
+      --data-dir "$GLUE" --set heads=0.5 --set ffn=0.5 --set iterations=1 --set device="$DEVICE"
+      --set teacher="$WORK/$task" --recover mode=distill --recover losses.kd=1
+      --recover losses.kd.temperature=2 --recover epochs="$1"
+      --recover batch_size="$2" --recover lr=5e-5 --recover eval_every=$ONCE
+      --recover precision=$PRECISION --recover device="$DEVICE" --overwrite $LIMITS)
+    P2=(python3 -m compressor prune --model "$WORK/$task-chain-hf" --out "$WORK/$task-chain"
+      --data-dir "$GLUE" --method vocab --recover mode=none --overwrite $LIMITS)
+    log "${S[@]}"; log "${P1[@]}"; log "${P2[@]}"
+    ( "${S[@]}" > "$OUT/logs/$task-6L-kd.log" 2>&1 \
+      && cp "$WORK/$task-6L-kd/metrics.json" "$OUT/$task-6L-kd-metrics.json" \
+      && "${P1[@]}" > "$OUT/logs/$task-chain-hf.log" 2>&1 \
+      && cp "$WORK/$task-chain-hf/metrics.json" "$OUT/$task-chain-hf-metrics.json" \
+      && "${P2[@]}" > "$OUT/logs/$task-chain.log" 2>&1 \
+      && cp "$WORK/$task-chain/metrics.json" "$OUT/$task-chain-metrics.json" \
+      && int8 $task-chain \
+      || echo "FAILED $task-chain" >> "$OUT/logs/failed.txt" ) &
+    ( int8 $task || echo "FAILED $task-int8" >> "$OUT/logs/failed.txt" ) &
+    wait
+   ) &
   done
   wait ;;
 esac
