@@ -1,0 +1,116 @@
+"""The headline's accuracy so far (issue 14), from the GPU runs' metrics under
+``bench/results/mpnet-glue5/``: per task, each teacher run and each model made from it, its
+dev score and retention (against the teacher of the same run), and the GLUE-5 score where
+all five tasks are there. Writes ``summary.json`` (compressor.results) and ``summary.md``.
+
+    python -m bench.experiments.mpnet_glue5_summary bench/results/mpnet-glue5
+
+``students/`` is ``PHASE=students`` of ``mpnet_glue5_chain_gpu.sh`` (teachers, kd and pkd
+students); ``pipeline/`` is ``PHASE=pipeline`` (teachers again, kd students, Theseus, the
+chain, INT8), cut off by the call's time limit before STS-B's, MRPC's and CoLA's chains and
+SST-2 (not run there) finished. The SST-2 kd student of 2 epochs is the earlier session's
+(``bench/results/mpnet-glue5-h100/``), against its own teacher. Dev is scored once per run,
+at the end; nothing is chosen on dev.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+TASKS = ("sst2", "mrpc", "stsb", "rte", "cola")
+MODELS = (  # (suffix, label)
+    ("6L-kd", "6-layer student, soft targets (T=2)"),
+    ("6L-pkd", "6-layer student, soft targets + hidden states (PKD)"),
+    ("theseus", "BERT-of-Theseus 12 -> 6 (constant rate 0.5)"),
+    ("chain-hf", "chain: 6-layer kd student, half of heads and FFN pruned, kd recovery"),
+    ("chain", "chain + vocabulary pruned"),
+)
+RUNS = (("students", "students"), ("pipeline", "pipeline"), ("mpnet-glue5-h100", "earlier session"))
+
+
+def _load(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def collect(root: str) -> list:
+    entries = []
+    for run, where in RUNS:
+        folder = os.path.join(root, run) if run != "mpnet-glue5-h100" else os.path.join(root, "..", run)
+        for task in TASKS:
+            teacher = _load(os.path.join(folder, f"{task}-metrics.json"))
+            if teacher is None:
+                continue
+            t = round(teacher["score"], 2)
+            entries.append({"run": where, "task": task, "model": "teacher", "label": "MPNet-base teacher",
+                            "score": t, "teacher": t, "parameters": teacher.get("parameters")})
+            suffixes = MODELS if run != "mpnet-glue5-h100" else (("6L", MODELS[0][1] + ", 2-5 epochs"),)
+            for suffix, label in suffixes:
+                m = _load(os.path.join(folder, f"{task}-{suffix}-metrics.json"))
+                if m is not None:
+                    entries.append({"run": where, "task": task, "model": suffix, "label": label,
+                                    "score": round(m["score"], 2), "teacher": t,
+                                    "retention": round(m["score"] / teacher["score"], 4),
+                                    "parameters": m.get("parameters")})
+            q = _load(os.path.join(folder, f"{task}-int8-quantize.json"))
+            if q is not None:
+                entries.append({"run": where, "task": task, "model": "teacher-int8",
+                                "label": "teacher, fused ONNX dynamic INT8 (avx512_vnni), scored on the "
+                                         "GPU machine's CPU", "score": round(q["score"], 2), "teacher": t,
+                                "retention": round(q["score"] / teacher["score"], 4),
+                                "parameters": q.get("parameters")})
+    return entries
+
+
+def glue5(entries, run, model) -> dict:
+    got = {e["task"]: e for e in entries if e["run"] == run and e["model"] == model}
+    if set(got) != set(TASKS):
+        return {"tasks": sorted(got)}
+    score = sum(e["score"] for e in got.values()) / 5
+    teacher = sum(e["teacher"] for e in got.values()) / 5
+    return {"tasks": list(TASKS), "glue5": round(score, 2), "teacher_glue5": round(teacher, 2),
+            "retention": round(score / teacher, 4)}
+
+
+def main(root: str) -> dict:
+    from compressor.results import row, write_results
+
+    entries = collect(root)
+    rows = [row(f"{e['run']}/{e['task']}/{e['model']}", e["task"], "score", e["score"], e["teacher"],
+                parameters=e.get("parameters"), extra={"label": e["label"], "run": e["run"],
+                                                      "selection": "none (last weights, one dev evaluation)"})
+            for e in entries]
+    # the best of what exists per task for a 6-layer kd student: this session's 6-epoch
+    # students on the small tasks, the earlier session's 2-epoch SST-2 student
+    mixed = [e for e in entries if e["model"] in ("6L-kd", "6L") and
+             ((e["run"] == "students" and e["task"] != "sst2") or (e["run"] == "earlier session" and e["task"] == "sst2"))]
+    kd5 = {"glue5": round(sum(e["score"] for e in mixed) / 5, 2),
+           "teacher_glue5": round(sum(e["teacher"] for e in mixed) / 5, 2)} if len(mixed) == 5 else {}
+    if kd5:
+        kd5["retention"] = round(kd5["glue5"] / kd5["teacher_glue5"], 4)
+        kd5["note"] = "retention per task against its own run's teacher; SST-2 from the earlier session"
+    summary = {"teachers_students_run": glue5(entries, "students", "teacher"),
+               "kd_6L_students": kd5, "pkd_6L_students_run": glue5(entries, "students", "6L-pkd")}
+    out = os.path.join(root, "summary.json")
+    write_results(out, rows, command="python -m bench.experiments.mpnet_glue5_summary bench/results/mpnet-glue5",
+                  fingerprint_info={"machine": "one NVIDIA H100 (device tool), bf16 autocast"},
+                  what="MPNet-base GLUE-5: teachers, 6-layer students, Theseus and the chain (accuracy)",
+                  glue5=summary)
+    lines = ["| task | run | model | dev score | teacher | retention | parameters |", "|---|---|---|---:|---:|---:|---:|"]
+    for e in entries:
+        ret = f"{100 * e['retention']:.1f}%" if "retention" in e else ""
+        params = f"{e['parameters'] / 1e6:.1f}M" if e.get("parameters") else ""
+        lines.append(f"| {e['task']} | {e['run']} | {e['label']} | {e['score']:.2f} | {e['teacher']:.2f} | {ret} | {params} |")
+    lines += ["", "GLUE-5: " + json.dumps(summary)]
+    with open(os.path.join(root, "summary.md.tmp"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(os.path.join(root, "summary.md.tmp"), os.path.join(root, "summary.md"))
+    print("\n".join(lines))
+    return summary
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "bench/results/mpnet-glue5")

@@ -1,0 +1,56 @@
+"""The headline's GLUE-5 summary: means over the five tasks, retention against each run's own
+teacher, and no GLUE-5 figure from fewer than five tasks."""
+import json
+import os
+
+import pytest
+
+from bench.experiments import mpnet_glue5_summary as summary
+
+
+def write(folder, name, score, **more):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "w") as f:
+        json.dump({"score": score, "parameters": 1000, **more}, f)
+
+
+@pytest.fixture
+def results(tmp_path):
+    root = tmp_path / "mpnet-glue5"
+    teachers = {"sst2": 94.0, "mrpc": 90.0, "stsb": 89.0, "rte": 65.0, "cola": 55.0}
+    for task, score in teachers.items():
+        write(root / "students", f"{task}-metrics.json", score)
+        write(root / "students", f"{task}-6L-pkd-metrics.json", score - 2)
+        if task != "sst2":
+            write(root / "students", f"{task}-6L-kd-metrics.json", score - 1)
+        write(tmp_path / "mpnet-glue5-h100", f"{task}-metrics.json", score + 1)
+        write(tmp_path / "mpnet-glue5-h100", f"{task}-6L-metrics.json", score - 3)
+    write(root / "pipeline", "rte-metrics.json", 66.0)          # a run with one task only
+    write(root / "pipeline", "rte-chain-metrics.json", 64.0)
+    return root, teachers
+
+
+def test_glue5_is_the_mean_of_five_tasks_and_retention_is_against_each_runs_teacher(results):
+    root, teachers = results
+    got = summary.main(str(root))
+    mean = sum(teachers.values()) / 5
+    assert got["teachers_students_run"]["glue5"] == pytest.approx(round(mean, 2))
+    assert got["pkd_6L_students_run"]["glue5"] == pytest.approx(round(mean - 2, 2))
+    assert got["pkd_6L_students_run"]["retention"] == pytest.approx(round((mean - 2) / mean, 4))
+    # kd: four small tasks from this session (teacher - 1), SST-2 from the earlier one (its
+    # teacher 95, student 91)
+    kd = got["kd_6L_students"]
+    assert kd["glue5"] == pytest.approx(round((91 + sum(teachers[t] - 1 for t in teachers if t != "sst2")) / 5, 2))
+    assert kd["teacher_glue5"] == pytest.approx(round((95 + sum(teachers[t] for t in teachers if t != "sst2")) / 5, 2))
+    record = json.load(open(root / "summary.json"))
+    chain = [r for r in record["rows"] if r["name"] == "pipeline/rte/chain"]
+    assert chain and chain[0]["retention"] == pytest.approx(64 / 66, abs=1e-3)
+    assert (root / "summary.md").read_text().count("| rte | pipeline |") == 2
+
+
+def test_no_glue5_figure_from_fewer_than_five_tasks(results):
+    root, _ = results
+    os.remove(root / "students" / "cola-6L-pkd-metrics.json")
+    got = summary.main(str(root))
+    assert "glue5" not in got["pkd_6L_students_run"]
+    assert got["pkd_6L_students_run"]["tasks"] == ["mrpc", "rte", "sst2", "stsb"]
