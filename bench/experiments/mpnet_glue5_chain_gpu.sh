@@ -6,10 +6,10 @@
 #     layer (2, 4, ..., 12 in 1-based terms): "kd" (soft targets at T=2, as the earlier
 #     students, with more epochs on the small tasks) and "pkd" (the same plus every student
 #     layer's hidden states against the teacher layer it was copied from: hidden.mapping=uniform).
-#   PHASE=chain: the pkd student (chosen before any run, not on dev) loses half of its heads
-#     (gradient importance) and half of its FFN neurons (Taylor importance) in one step,
-#     recovered by distillation from the 12-layer teacher (soft targets + hidden states), then
-#     its vocabulary shrinks to the word pieces the task's training data uses.
+#   PHASE=chain: a student (CHAIN_FROM=kd by default) loses half of its heads (gradient
+#     importance) and half of its FFN neurons (Taylor importance) in one step, recovered by
+#     distillation (soft targets) from the 12-layer teacher, then its vocabulary shrinks to the
+#     word pieces the task's training data uses; the chain and the teacher as fused INT8 ONNX.
 # Dev is scored once, at the end of every run: no checkpoint and no variant is chosen on dev.
 # The models stay on the GPU machine; their metrics, configs, per-layer shapes and tokenizers
 # come back in OUT_DIR/back.tar, for the latency of identical shapes on the CPU
@@ -45,101 +45,82 @@ int8() {  # name: fused ONNX export, dynamic INT8 (avx512_vnni preset, as the CP
   "${E[@]}" > "$OUT/logs/$name-onnx.log" 2>&1 && "${Q[@]}" > "$OUT/logs/$name-int8.log" 2>&1 \
     && cp "$WORK/$name-int8/quantize.json" "$OUT/$name-int8-quantize.json"
 }
+teacher() {  # task: fine-tune where this machine has none yet (mpnet_glue5_teachers.sh's settings)
+  local task=$1 t
+  [ -f "$WORK/$task/metrics.json" ] && return 0
+  case $task in sst2) t="2 32";; cola) t="3 32";; *) t="5 16";; esac; set -- $t
+  T=(python3 -m compressor finetune --model "$WORK/mpnet" --task $task --data-dir "$GLUE" --out "$WORK/$task"
+    --epochs "$1" --batch-size "$2" --lr 2e-5 --max-length 128 --warmup 0.06 --eval-every $ONCE --seed 42
+    --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
+  log "${T[@]}"
+  "${T[@]}" > "$OUT/logs/$task.log" 2>&1 && cp "$WORK/$task/metrics.json" "$OUT/$task-metrics.json" \
+    || { echo "FAILED $task" >> "$OUT/logs/failed.txt"; return 1; }
+}
+student() {  # task variant(kd|pkd): a 6-layer student of every other teacher layer, in the foreground
+  local task=$1 variant=$2; set -- $(spec $task)
+  S=(python3 -m compressor distill --out "$WORK/$task-6L-$variant" --teacher "$WORK/$task" --data-dir "$GLUE"
+    --student num_layers=6 --student pick=every --loss kd=1 --loss kd.temperature=2 --epochs "$1"
+    --batch-size "$2" --lr 5e-5 --warmup 0.06 --max-length 128 --eval-every $ONCE
+    --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
+  [ $variant = pkd ] && S+=(--loss hidden=1 --loss hidden.mapping=uniform --no-cache)
+  log "${S[@]}"
+  "${S[@]}" > "$OUT/logs/$task-6L-$variant.log" 2>&1 \
+    && cp "$WORK/$task-6L-$variant/metrics.json" "$OUT/$task-6L-$variant-metrics.json"
+}
+chain() {  # task source: heads+FFN halved with kd recovery from the teacher, vocabulary, INT8
+  local task=$1 src=$2; set -- $(spec $task)
+  P1=(python3 -m compressor prune --model "$WORK/$src" --out "$WORK/$task-chain-hf"
+    --data-dir "$GLUE" --set heads=0.5 --set ffn=0.5 --set iterations=1 --set device="$DEVICE"
+    --set teacher="$WORK/$task" --recover mode=distill --recover losses.kd=1
+    --recover losses.kd.temperature=2 --recover epochs="$1"
+    --recover batch_size="$2" --recover lr=5e-5 --recover eval_every=$ONCE
+    --recover precision=$PRECISION --recover device="$DEVICE" --overwrite $LIMITS)
+  P2=(python3 -m compressor prune --model "$WORK/$task-chain-hf" --out "$WORK/$task-chain"
+    --data-dir "$GLUE" --method vocab --recover mode=none --overwrite $LIMITS)
+  log "${P1[@]}"; log "${P2[@]}"
+  "${P1[@]}" > "$OUT/logs/$task-chain-hf.log" 2>&1 \
+    && cp "$WORK/$task-chain-hf/metrics.json" "$OUT/$task-chain-hf-metrics.json" \
+    && "${P2[@]}" > "$OUT/logs/$task-chain.log" 2>&1 \
+    && cp "$WORK/$task-chain/metrics.json" "$OUT/$task-chain-metrics.json" \
+    && int8 $task-chain
+}
+theseus() {  # task: BERT-of-Theseus 12 -> 6 from the teacher, constant rate 0.5
+  local task=$1; set -- $(spec $task)
+  TH=(python3 -m compressor theseus --model "$WORK/$task" --out "$WORK/$task-theseus" --data-dir "$GLUE"
+    --set num_layers=6 --set init=last --set schedule=constant --set rate=0.5
+    --set replacing_epochs="$1" --set finetune_epochs=2 --set lr=5e-5 --set batch_size="$2"
+    --set max_length=128 --set eval_every=$ONCE --set device="$DEVICE" --set precision=$PRECISION
+    --overwrite $LIMITS)
+  log "${TH[@]}"
+  "${TH[@]}" > "$OUT/logs/$task-theseus.log" 2>&1 \
+    && cp "$WORK/$task-theseus/metrics.json" "$OUT/$task-theseus-metrics.json"
+}
+failed() { echo "FAILED $1" >> "$OUT/logs/failed.txt"; }
 case ${PHASE:?PHASE=students, chain or pipeline} in
-students)
+students|pipeline)
   [ -f "$WORK/mpnet/config.json" ] || python3 -m bench.experiments.widen "${MPNET:?MPNET=folder of the base encoder}" "$WORK/mpnet"
   for task in $TASKS; do
    (
-    # the teacher first where this machine has none (mpnet_glue5_teachers.sh's settings)
-    if [ ! -f "$WORK/$task/metrics.json" ]; then
-      case $task in sst2) t="2 32";; cola) t="3 32";; *) t="5 16";; esac; set -- $t
-      T=(python3 -m compressor finetune --model "$WORK/mpnet" --task $task --data-dir "$GLUE" --out "$WORK/$task"
-        --epochs "$1" --batch-size "$2" --lr 2e-5 --max-length 128 --warmup 0.06 --eval-every $ONCE --seed 42
-        --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
-      log "${T[@]}"
-      "${T[@]}" > "$OUT/logs/$task.log" 2>&1 && cp "$WORK/$task/metrics.json" "$OUT/$task-metrics.json" \
-        || { echo "FAILED $task" >> "$OUT/logs/failed.txt"; exit 1; }
+    teacher $task || exit 1
+    if [ $PHASE = students ]; then
+      [ $task != sst2 ] && { student $task kd || failed $task-6L-kd; } &
+      { student $task pkd || failed $task-6L-pkd; } &
+    else
+      # the kd student (the pkd variant scored lower on SST-2, MRPC, RTE and CoLA dev in the
+      # students phase, so the chain starts from kd), the chain from it and INT8; beside it,
+      # BERT-of-Theseus 12 -> 6 and the teacher's own INT8
+      { theseus $task || failed $task-theseus; } &
+      { student $task kd && chain $task $task-6L-kd || failed $task-chain; } &
+      { int8 $task || failed $task-int8; } &
     fi
-    set -- $(spec $task)
-    common=(--teacher "$WORK/$task" --data-dir "$GLUE" --student num_layers=6 --student pick=every
-      --loss kd=1 --loss kd.temperature=2 --epochs "$1" --batch-size "$2" --lr 5e-5 --warmup 0.06
-      --max-length 128 --eval-every $ONCE --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
-    [ $task != sst2 ] && job $task-6L-kd python3 -m compressor distill --out "$WORK/$task-6L-kd" "${common[@]}"
-    job $task-6L-pkd python3 -m compressor distill --out "$WORK/$task-6L-pkd" "${common[@]}" \
-      --loss hidden=1 --loss hidden.mapping=uniform --no-cache
     wait
    ) &
   done
   wait ;;
-chain)
+chain)  # on a machine that kept the students phase's models
   for task in $TASKS; do
-    set -- $(spec $task)
-    P1=(python3 -m compressor prune --model "$WORK/$task-6L-pkd" --out "$WORK/$task-chain-hf"
-      --data-dir "$GLUE" --set heads=0.5 --set ffn=0.5 --set iterations=1 --set device="$DEVICE"
-      --set teacher="$WORK/$task" --recover mode=distill --recover losses.kd=1
-      --recover losses.kd.temperature=2 --recover losses.hidden=1 --recover epochs="$1"
-      --recover batch_size="$2" --recover lr=5e-5 --recover eval_every=$ONCE
-      --recover precision=$PRECISION --recover device="$DEVICE" --overwrite $LIMITS)
-    P2=(python3 -m compressor prune --model "$WORK/$task-chain-hf" --out "$WORK/$task-chain"
-      --data-dir "$GLUE" --method vocab --recover mode=none --overwrite $LIMITS)
-    log "${P1[@]}"; log "${P2[@]}"
-    ( "${P1[@]}" > "$OUT/logs/$task-chain-hf.log" 2>&1 \
-      && cp "$WORK/$task-chain-hf/metrics.json" "$OUT/$task-chain-hf-metrics.json" \
-      && "${P2[@]}" > "$OUT/logs/$task-chain.log" 2>&1 \
-      && cp "$WORK/$task-chain/metrics.json" "$OUT/$task-chain-metrics.json" \
-      && int8 $task-chain \
-      || echo "FAILED $task-chain" >> "$OUT/logs/failed.txt" ) &
-    ( int8 $task || echo "FAILED $task-int8" >> "$OUT/logs/failed.txt" ) &
-  done
-  wait ;;
-pipeline)
-  # one call per machine: per task, the teacher, then the kd student (the pkd variant scored
-  # lower on SST-2, MRPC, RTE and CoLA dev in the students phase, so the chain starts from kd),
-  # the chain from it and INT8; beside it, BERT-of-Theseus 12 -> 6 from the same teacher.
-  [ -f "$WORK/mpnet/config.json" ] || python3 -m bench.experiments.widen "${MPNET:?MPNET=folder of the base encoder}" "$WORK/mpnet"
-  for task in $TASKS; do
-   (
-    case $task in sst2) t="2 32";; cola) t="3 32";; *) t="5 16";; esac; set -- $t
-    T=(python3 -m compressor finetune --model "$WORK/mpnet" --task $task --data-dir "$GLUE" --out "$WORK/$task"
-      --epochs "$1" --batch-size "$2" --lr 2e-5 --max-length 128 --warmup 0.06 --eval-every $ONCE --seed 42
-      --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
-    log "${T[@]}"
-    "${T[@]}" > "$OUT/logs/$task.log" 2>&1 && cp "$WORK/$task/metrics.json" "$OUT/$task-metrics.json" \
-      || { echo "FAILED $task" >> "$OUT/logs/failed.txt"; exit 1; }
-    set -- $(spec $task)
-    TH=(python3 -m compressor theseus --model "$WORK/$task" --out "$WORK/$task-theseus" --data-dir "$GLUE"
-      --set num_layers=6 --set init=last --set schedule=constant --set rate=0.5
-      --set replacing_epochs="$1" --set finetune_epochs=2 --set lr=5e-5 --set batch_size="$2"
-      --set max_length=128 --set eval_every=$ONCE --set device="$DEVICE" --set precision=$PRECISION
-      --overwrite $LIMITS)
-    log "${TH[@]}"
-    ( "${TH[@]}" > "$OUT/logs/$task-theseus.log" 2>&1 \
-      && cp "$WORK/$task-theseus/metrics.json" "$OUT/$task-theseus-metrics.json" \
-      || echo "FAILED $task-theseus" >> "$OUT/logs/failed.txt" ) &
-    S=(python3 -m compressor distill --out "$WORK/$task-6L-kd" --teacher "$WORK/$task" --data-dir "$GLUE"
-      --student num_layers=6 --student pick=every --loss kd=1 --loss kd.temperature=2 --epochs "$1"
-      --batch-size "$2" --lr 5e-5 --warmup 0.06 --max-length 128 --eval-every $ONCE
-      --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
-    P1=(python3 -m compressor prune --model "$WORK/$task-6L-kd" --out "$WORK/$task-chain-hf"
-      --data-dir "$GLUE" --set heads=0.5 --set ffn=0.5 --set iterations=1 --set device="$DEVICE"
-      --set teacher="$WORK/$task" --recover mode=distill --recover losses.kd=1
-      --recover losses.kd.temperature=2 --recover epochs="$1"
-      --recover batch_size="$2" --recover lr=5e-5 --recover eval_every=$ONCE
-      --recover precision=$PRECISION --recover device="$DEVICE" --overwrite $LIMITS)
-    P2=(python3 -m compressor prune --model "$WORK/$task-chain-hf" --out "$WORK/$task-chain"
-      --data-dir "$GLUE" --method vocab --recover mode=none --overwrite $LIMITS)
-    log "${S[@]}"; log "${P1[@]}"; log "${P2[@]}"
-    ( "${S[@]}" > "$OUT/logs/$task-6L-kd.log" 2>&1 \
-      && cp "$WORK/$task-6L-kd/metrics.json" "$OUT/$task-6L-kd-metrics.json" \
-      && "${P1[@]}" > "$OUT/logs/$task-chain-hf.log" 2>&1 \
-      && cp "$WORK/$task-chain-hf/metrics.json" "$OUT/$task-chain-hf-metrics.json" \
-      && "${P2[@]}" > "$OUT/logs/$task-chain.log" 2>&1 \
-      && cp "$WORK/$task-chain/metrics.json" "$OUT/$task-chain-metrics.json" \
-      && int8 $task-chain \
-      || echo "FAILED $task-chain" >> "$OUT/logs/failed.txt" ) &
-    ( int8 $task || echo "FAILED $task-int8" >> "$OUT/logs/failed.txt" ) &
-    wait
-   ) &
+    { chain $task $task-6L-${CHAIN_FROM:-kd} || failed $task-chain; } &
+    { int8 $task || failed $task-int8; } &
   done
   wait ;;
 esac
