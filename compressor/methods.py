@@ -40,3 +40,19 @@ def on_checkpoint(model: str, out: str, config_cls: type, config, settings: dict
                    "size_bytes": size_on_disk(out), "config": asdict(config), "versions": versions()})
     write_json(os.path.join(out, "metrics.json"), record)
     return record
+
+
+def model_to_model(method: Callable, label: str) -> Callable:
+    """The ``run`` of :func:`on_checkpoint` for a method that takes a loaded model and returns
+    a new one: ``method(net, tokenizer, train_set, dev_set, config, desc=...) -> (net, record)``;
+    the checkpoint is loaded through the loader registry and the result saved to ``out``."""
+
+    def run(path, task_spec, train_set, dev_set, config, out, meta):
+        from .models import load_for_task, save_checkpoint
+
+        net, tokenizer = load_for_task(path, task_spec)
+        net, record = method(net, tokenizer, train_set, dev_set, config, desc=f"{label} {task_spec.name}")
+        save_checkpoint(net, tokenizer, out, meta)
+        return record
+
+    return run

@@ -13,9 +13,6 @@ _LAZY = {"DistillConfig": "distiller", "distill": "distiller", "distill_model": 
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
+from ..lazy import lazy_getattr  # noqa: E402
 
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -116,14 +116,9 @@ def early_exit(model: str, out: str, config=None, task: Optional[str] = None,
     ``config`` is an :class:`EarlyExitConfig` or a mapping such as ``{"training": "self_distill",
     "rule": "patience", "calibrate": {"target": 0.99}}``; keyword ``settings`` are merged in.
     """
-    from ..methods import on_checkpoint
+    from ..methods import model_to_model, on_checkpoint
 
-    def run(path, task_spec, train_set, dev_set, config, out, meta):
-        net, tokenizer = load_for_task(path, task_spec)
-        net, record = run_early_exit(net, tokenizer, train_set, dev_set, config,
-                                     desc=f"early exit {task_spec.name}")
-        save_checkpoint(net, tokenizer, out, meta)
-        return record
+    run = model_to_model(run_early_exit, "early exit")
 
     return on_checkpoint(model, out, EarlyExitConfig, config, settings, "early_exit", run,
                          task, data_dir, train_limit, dev_limit, overwrite, user_data)

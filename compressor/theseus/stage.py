@@ -112,14 +112,9 @@ def theseus(model: str, out: str, config=None, task: Optional[str] = None,
     mapping. Writes ``out/metrics.json`` (scores before and after, each phase's history)
     and returns that record.
     """
-    from ..methods import on_checkpoint
+    from ..methods import model_to_model, on_checkpoint
 
-    def run(path, task_spec, train_set, dev_set, config, out, meta):
-        net, tokenizer = load_for_task(path, task_spec)
-        net, record = run_theseus(net, tokenizer, train_set, dev_set, config,
-                                  desc=f"theseus {task_spec.name}")
-        save_checkpoint(net, tokenizer, out, meta)
-        return record
+    run = model_to_model(run_theseus, "theseus")
 
     return on_checkpoint(model, out, TheseusConfig, config, settings, "theseus", run,
                          task, data_dir, train_limit, dev_limit, overwrite, user_data)
