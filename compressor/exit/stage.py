@@ -6,7 +6,7 @@ import os
 import time
 from typing import Optional
 
-from ..models import count_parameters, load_for_task, save_checkpoint
+from ..models import count_parameters
 from ..recipe.registry import TRAINABLE, register_stage
 from .configs import EarlyExitConfig, ExitExportConfig
 from .model import KIND, EarlyExitModel
@@ -62,11 +62,11 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
 @register_stage("early_exit", EarlyExitConfig, accepts=(TRAINABLE,), produces=KIND)
 def early_exit_stage(ctx, config: EarlyExitConfig) -> dict:
     """Exit heads after the layers, trained and calibrated (entropy, patience or max probability)."""
-    model, tokenizer = load_for_task(ctx.model_dir, ctx.task)
-    net, record = run_early_exit(model, tokenizer, ctx.split("train"), ctx.split("dev"), config,
-                                 desc=f"early exit {ctx.task.name}")
-    save_checkpoint(net, tokenizer, ctx.out_dir, ctx.meta("early_exit", config.max_length))
-    return record
+    from ..methods import model_to_model
+
+    run = model_to_model(run_early_exit, "early exit")
+    return run(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config, ctx.out_dir,
+               ctx.meta("early_exit", config.max_length))
 
 
 @register_stage("early_exit_export", ExitExportConfig, accepts=(KIND,), produces=ONNX_KIND)

@@ -18,7 +18,7 @@ from ..arch import arch_of
 from ..device import resolve_device
 from ..distill.losses import logits_mse, soft_cross_entropy
 from ..metrics import task_score
-from ..models import count_parameters, load_for_task, save_checkpoint
+from ..models import count_parameters
 from ..recipe.registry import register_stage
 from ..scoring import score
 from ..train import fit, set_seed
@@ -94,11 +94,11 @@ def run_theseus(model, tokenizer, train_set, dev_set, config: TheseusConfig, des
 @register_stage("theseus", TheseusConfig)
 def theseus_stage(ctx, config: TheseusConfig) -> dict:
     """BERT-of-Theseus: replace groups of layers by one successor layer each, then fine-tune those."""
-    model, tokenizer = load_for_task(ctx.model_dir, ctx.task)
-    model, record = run_theseus(model, tokenizer, ctx.split("train"), ctx.split("dev"), config,
-                                desc=f"theseus {ctx.task.name}")
-    save_checkpoint(model, tokenizer, ctx.out_dir, ctx.meta("theseus", config.max_length))
-    return record
+    from ..methods import model_to_model
+
+    run = model_to_model(run_theseus, "theseus")
+    return run(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config, ctx.out_dir,
+               ctx.meta("theseus", config.max_length))
 
 
 def theseus(model: str, out: str, config=None, task: Optional[str] = None,
