@@ -165,11 +165,14 @@ def predict(model, input_, output, task, text_columns, batch_size, max_length, d
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run folder (resumable).")
 @data_dir_option
 @click.option("--device", default=None, help="Overrides the recipe's device.")
+@click.option("--task", default=None, help="Overrides the recipe's task (one recipe, every GLUE task).")
+@click.option("--teacher", default=None,
+              help="Overrides the recipe's teacher with a task checkpoint (no fine-tuning).")
 @nproc_option
-def run(recipe, out, data_dir, device, nproc):
+def run(recipe, out, data_dir, device, task, teacher, nproc):
     """Run a recipe; re-running resumes from the first unfinished stage."""
     if not _relaunched(nproc, device):
-        _run_and_print(recipe, out, data_dir, device)
+        _run_and_print(recipe, out, data_dir, device, task=task, teacher=teacher)
 
 
 @cli.command()
@@ -184,10 +187,10 @@ def demo(out, data_dir, device):
     _run_and_print(demo_recipe_path(), out, data_dir, device)
 
 
-def _run_and_print(recipe, out, data_dir, device):
+def _run_and_print(recipe, out, data_dir, device, task=None, teacher=None):
     from .recipe import run_recipe
 
-    manifest = run_recipe(recipe, out, data_dir=data_dir, device=device)
+    manifest = run_recipe(recipe, out, data_dir=data_dir, device=device, task=task, teacher=teacher)
     for s in manifest["stages"]:
         score = f"{s['score']:.2f}" if s.get("score") is not None else "-"
         params = f"{s['parameters']:,}" if s.get("parameters") else "-"

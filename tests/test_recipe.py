@@ -201,3 +201,70 @@ stages:
     bad = write(tmp_path, "data: {train_file: nope.csv, text_columns: [review]}\n"
                           "teacher: {model: m}\n", name="bad.yaml")
     assert validate_recipe(bad) == [f"{bad}:1: data.train_file: no such file 'nope.csv'"]
+
+
+EVAL_ONLY = """
+name: one-recipe-every-task
+task: sst2
+data: {dev_limit: 16}
+device: cpu
+teacher:
+  model: minilm-l6
+  finetune: {epochs: 3}
+stages:
+  - evaluate: {split: dev}
+"""
+
+
+def _task_checkpoint(path, task_name, minilm_dir):
+    import torch
+    import transformers
+
+    from compressor.data import get_task
+    from compressor.models import checkpoint_meta, save_checkpoint
+    from tests.conftest import tiny_config
+
+    task = get_task(task_name)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    config = tiny_config("bert")
+    config.vocab_size, config.num_labels = tokenizer.vocab_size, task.num_labels
+    torch.manual_seed(0)
+    model = transformers.AutoModelForSequenceClassification.from_config(config)
+    save_checkpoint(model, tokenizer, str(path), checkpoint_meta(task, 32, "test"))
+    return str(path)
+
+
+def test_task_and_teacher_overrides_run_one_recipe_on_another_task(tmp_path, glue_dir, minilm_dir):
+    path = write(tmp_path, EVAL_ONLY)
+    teacher = _task_checkpoint(tmp_path / "rte-teacher", "rte", minilm_dir)
+    plain = load_recipe(path)
+    recipe = load_recipe(path, task="rte", teacher=teacher)
+    assert (plain.task.name, recipe.task.name) == ("sst2", "rte")
+    assert recipe.teacher_model == teacher and recipe.teacher_finetune is None
+    assert recipe.digest != plain.digest            # a resumed run never mixes the two
+    manifest = run_recipe(path, str(tmp_path / "run"), data_dir=glue_dir, task="rte", teacher=teacher,
+                          log=lambda msg: None)
+    record = json.loads((tmp_path / "run" / "01-evaluate" / "record.json").read_text())
+    assert record["task"] == "rte" and record["examples"] == 16
+    assert manifest["stages"][0]["score"] is not None
+
+
+def test_overrides_that_cannot_apply_are_refused(tmp_path):
+    path = write(tmp_path, EVAL_ONLY)
+    with pytest.raises(RecipeError, match="--task: unknown task 'sst9'"):
+        load_recipe(path, task="sst9")
+    rows = tmp_path / "train.tsv"
+    rows.write_text("sentence\tlabel\ngood\t1\nbad\t0\n")
+    own = write(tmp_path, f"task: sst2\ndata: {{train_file: {rows}, dev_file: {rows}}}\n"
+                          "teacher: m\nstages:\n  - evaluate: {split: dev}\n", name="own.yaml")
+    with pytest.raises(RecipeError, match="--task cannot override"):
+        load_recipe(own, task="rte")
+
+
+def test_a_teacher_of_another_task_is_refused_before_anything_runs(tmp_path, glue_dir, minilm_dir):
+    path = write(tmp_path, EVAL_ONLY)
+    teacher = _task_checkpoint(tmp_path / "sst2-teacher", "sst2", minilm_dir)
+    with pytest.raises(CompressorError, match="was trained on sst2, but the recipe's task is rte"):
+        run_recipe(path, str(tmp_path / "run"), data_dir=glue_dir, task="rte", teacher=teacher,
+                   log=lambda msg: None)
+    assert not (tmp_path / "run" / "00-teacher").exists()

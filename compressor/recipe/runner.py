@@ -59,10 +59,11 @@ class StageContext:
 
 
 def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optional[str] = None,
-               log=None) -> dict:
-    """Run (or resume) ``recipe`` into folder ``out``; return the manifest."""
+               log=None, task: Optional[str] = None, teacher: Optional[str] = None) -> dict:
+    """Run (or resume) ``recipe`` into folder ``out``; return the manifest. ``task`` and
+    ``teacher`` (a task checkpoint) override the recipe file's own."""
     if isinstance(recipe, str):
-        recipe = load_recipe(recipe, device=device)
+        recipe = load_recipe(recipe, device=device, task=task, teacher=teacher)
     log = log or (lambda msg: print(msg, file=sys.stderr))
     out = os.path.abspath(out)
     if os.path.exists(out) and not os.path.isdir(out):
@@ -213,6 +214,12 @@ def _check_teacher(recipe: Recipe, source: str) -> None:
         raise CompressorError(
             f"teacher {recipe.teacher_model} is a base encoder with no task head; "
             "add teacher.finetune settings to the recipe to fine-tune it first")
+    trained_on = read_meta(source).get("task") if os.path.isdir(source) else None
+    if (recipe.teacher_finetune is None and trained_on and recipe.task is not None
+            and recipe.user_data is None and trained_on != recipe.task.name):
+        raise CompressorError(
+            f"teacher {recipe.teacher_model} was trained on {trained_on}, but the recipe's task is "
+            f"{recipe.task.name}: give a {recipe.task.name} checkpoint (--teacher) or that task (--task)")
 
 
 def _teacher(ctx: StageContext, recipe: Recipe) -> dict:

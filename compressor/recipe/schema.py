@@ -57,16 +57,28 @@ class RecipeError(CompressorError):
         super().__init__("\n".join(problems))
 
 
-def load_recipe(path: str, device: Optional[str] = None) -> Recipe:
-    """Parse and check a recipe file; raise :class:`RecipeError` listing every problem."""
+def load_recipe(path: str, device: Optional[str] = None, task: Optional[str] = None,
+                teacher: Optional[str] = None) -> Recipe:
+    """Parse and check a recipe file; raise :class:`RecipeError` listing every problem.
+
+    ``task`` and ``teacher`` override the recipe's own (one recipe, run on each GLUE task or
+    on a teacher already trained: ``teacher`` is a task checkpoint, so no fine-tuning)."""
     with_lines = load_yaml(path)
     with open(path, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:16]
-    return _build(with_lines, path, digest, device)
+        return _build(with_lines, path, _digest(f.read(), task, teacher), device, task, teacher)
 
 
-def recipe_from_text(text: str, name: str = "<recipe>", device: Optional[str] = None) -> Recipe:
-    return _build(parse_yaml(text, name), name, hashlib.sha256(text.encode()).hexdigest()[:16], device)
+def recipe_from_text(text: str, name: str = "<recipe>", device: Optional[str] = None,
+                     task: Optional[str] = None, teacher: Optional[str] = None) -> Recipe:
+    return _build(parse_yaml(text, name), name, _digest(text.encode(), task, teacher), device, task, teacher)
+
+
+def _digest(data: bytes, task: Optional[str], teacher: Optional[str]) -> str:
+    """The recipe's identity for resuming: its text, and any override of task or teacher."""
+    h = hashlib.sha256(data)
+    if task is not None or teacher is not None:
+        h.update(f"\0task={task}\0teacher={teacher}".encode())
+    return h.hexdigest()[:16]
 
 
 def validate_recipe(path: str) -> List[str]:
@@ -80,7 +92,8 @@ def validate_recipe(path: str) -> List[str]:
     return []
 
 
-def _build(doc, path: str, digest: str, device_override: Optional[str]) -> Recipe:
+def _build(doc, path: str, digest: str, device_override: Optional[str],
+           task_override: Optional[str] = None, teacher_override: Optional[str] = None) -> Recipe:
     problems: List[str] = []
 
     def problem(line, message):
@@ -94,7 +107,15 @@ def _build(doc, path: str, digest: str, device_override: Optional[str]) -> Recip
     user_files = isinstance(data, LineDict) and ("train_file" in data or "dev_file" in data)
     task, user_data = None, None
     if user_files:
+        if task_override is not None:
+            problem(data.line_of("train_file"), "--task cannot override a recipe that trains on "
+                                                "its own files (data.train_file)")
         user_data, task = _user_data(data, doc.get("task"), problem)
+    elif task_override is not None:
+        try:
+            task = get_task(str(task_override))
+        except CompressorError as exc:
+            problems.append(f"--task: {exc}")
     elif "task" not in doc:
         problem(1, "missing 'task' (e.g. task: sst2), or data.train_file for your own files")
     else:
@@ -127,7 +148,7 @@ def _build(doc, path: str, digest: str, device_override: Optional[str]) -> Recip
         train_limit, dev_limit = data.get("train_limit"), data.get("dev_limit")
 
     teacher_model, teacher_finetune = None, None
-    teacher = doc.get("teacher")
+    teacher = doc.get("teacher") if teacher_override is None else teacher_override
     defaults = {"device": device, "seed": seed}
     if teacher is None:
         problem(1, "missing 'teacher' (teacher: {model: PATH} or a base model plus finetune settings)")
