@@ -1,0 +1,78 @@
+"""The headline's seed-system recipes (recipes/mpnet/) run end to end, each on a random
+MPNet task checkpoint of MPNet-base's depth and head count (narrow) given as --teacher, on small slices of SST-2: every stage they chain
+(distillation of each kind, Theseus, sharing, pruning, vocabulary, export, quantisation, early
+exit, benchmark) accepts MPNet, whose layers share one relative-position bias."""
+import glob
+import json
+import os
+
+import pytest
+import yaml
+
+from compressor.recipe import run_recipe
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+RECIPES = sorted(glob.glob(os.path.join(ROOT, "recipes", "mpnet", "*.yaml")))
+
+
+@pytest.fixture(scope="module")
+def mpnet_teacher(tmp_path_factory, minilm_dir):
+    import torch
+    import transformers
+
+    from compressor.data import get_task
+    from compressor.models import checkpoint_meta, save_checkpoint
+    from tests.conftest import tiny_config
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    config = tiny_config("mpnet")    # 12 layers and 12 heads as MPNet-base, narrow (48)
+    config.update({"num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 48,
+                   "intermediate_size": 64})
+    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
+    torch.manual_seed(0)
+    model = transformers.AutoModelForSequenceClassification.from_config(config)
+    path = str(tmp_path_factory.mktemp("mpnet") / "teacher")
+    save_checkpoint(model, tokenizer, path, checkpoint_meta(get_task("sst2"), 32, "test"))
+    return path
+
+
+def shrunk(path: str, out: str) -> str:
+    """The recipe with small data slices, the CPU, and a short benchmark."""
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    doc["data"] = {"train_limit": 48, "dev_limit": 16}
+    doc["device"] = "cpu"
+    for stage in doc["stages"]:
+        (name, settings), = stage.items()
+        settings = settings if settings is not None else {}
+        stage[name] = settings
+        if name == "bench":
+            settings.update(sentences=4, threads=[1], batch_sizes=[],
+                            peers=[p for p in settings.get("peers", []) if p != "inc-int8"])
+        if name == "early_exit":
+            settings["calibrate"] = {"rows": 16, "target": 0.99}
+        if name == "share" and settings.get("embedding_rank"):
+            settings["embedding_rank"] = 8               # the tiny model's width is 48
+        if name == "quantize" and settings.get("method") == "mixed":
+            settings["max_drop"] = 100.0
+    with open(out, "w") as f:
+        yaml.safe_dump(doc, f)
+    return out
+
+
+def test_every_seed_system_has_an_mpnet_recipe():
+    names = {os.path.basename(p)[:-5] for p in RECIPES}
+    assert {"distilbert-6l", "pkd-6l", "tinybert-4l", "minilm-6l", "pd-minilm-l6", "theseus-6l",
+            "albert-share", "q8bert-dynamic", "q8bert-qat", "qbert-mixed", "early-exit", "chain"} <= names
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: os.path.basename(p)[:-5])
+def test_the_recipe_runs_on_an_mpnet_teacher(recipe, mpnet_teacher, glue_dir, tmp_path):
+    path = shrunk(recipe, str(tmp_path / "r.yaml"))
+    manifest = run_recipe(path, str(tmp_path / "run"), data_dir=glue_dir, task="sst2",
+                          teacher=mpnet_teacher, log=lambda msg: None)
+    stages = manifest["stages"]
+    assert stages[0]["dir"] == "00-teacher" and len(stages) == 1 + len(yaml.safe_load(open(recipe))["stages"])
+    for s in stages:
+        record = json.load(open(os.path.join(tmp_path, "run", s["dir"], "record.json")))
+        assert record, s["dir"]
