@@ -357,3 +357,56 @@ def test_distill_command(trained_teacher, tmp_path, capsys):
     assert "retention" in printed and str(out) in printed
     record = json.loads((out / "metrics.json").read_text())
     assert record["student"] == {"kind": "layers", "teacher_layers": [2]} and record["score"] > 90
+
+
+def test_progressive_transfer_trains_one_layer_at_a_time_bottom_up(trained_teacher, tmp_path):
+    """MobileBERT's schedule: phase l counts student layer l's pairs alone, the embeddings and the
+    layers below stay fixed from layer 2 on, and the layers above get no update either."""
+    from compressor.data import load_data
+    from compressor.distill.distiller import distill_model
+    from compressor.train import Callback
+
+    teacher_dir, data = trained_teacher
+    config = DistillConfig(epochs=2, lr=3e-3, **QUICK, intermediate_epochs=2, progressive=True,
+                           student={"kind": "config", "num_layers": 2, "hidden_size": 16, "heads": 4},
+                           losses={"kd": 1, "hidden": 1, "embedding": 1,
+                                   "attention": {"weight": 1, "measure": "kl"}})
+    teacher, tok = load_for_task(teacher_dir, attn_implementation="eager")
+    train = load_data(data.task(), "train", user_data=data)
+    dev = load_data(train.task, "dev", user_data=data)
+    torch.manual_seed(0)
+    student, _, _ = build_student(config.student, teacher, tok, train.task)
+    parts = {"embeddings": student.bert.embeddings, "layer 1": student.bert.encoder.layer[0],
+             "layer 2": student.bert.encoder.layer[1], "classifier": student.classifier}
+    snapshots = []
+
+    class Watch(Callback):
+        def _take(self):
+            return {k: torch.cat([p.detach().flatten().clone() for p in m.parameters()])
+                    for k, m in parts.items()}
+
+        def on_train_begin(self, state):
+            self.before = self._take()
+
+        def on_train_end(self, state):
+            after = self._take()
+            snapshots.append({k: not torch.equal(self.before[k], after[k]) for k in parts})
+
+    _, _, record = distill_model(teacher, tok, train, dev, config, student=student,
+                                 student_tokenizer=tok, callbacks=[Watch()])
+    assert [p["phase"] for p in record["phases"]] == ["progressive layer 1", "progressive layer 2", "predict"]
+    changed = dict(zip(["layer 1 phase", "layer 2 phase", "predict"], snapshots))
+    assert changed["layer 1 phase"] == {"embeddings": True, "layer 1": True, "layer 2": False,
+                                        "classifier": False}
+    assert changed["layer 2 phase"] == {"embeddings": False, "layer 1": False, "layer 2": True,
+                                        "classifier": False}
+    assert all(changed["predict"].values())                       # the last stage trains everything
+    assert record["score"] > 80
+    assert all(p.requires_grad for p in student.parameters())     # nothing is left frozen
+
+
+def test_progressive_transfer_needs_a_first_stage_and_a_layer_loss():
+    with pytest.raises(CompressorError, match="set intermediate_epochs"):
+        DistillConfig(progressive=True, losses={"kd": 1, "hidden": 1}).check()
+    with pytest.raises(CompressorError, match="needs a hidden or attention loss"):
+        DistillConfig(progressive=True, intermediate_epochs=1, losses={"kd": 1, "cosine": 1}).check()

@@ -63,7 +63,8 @@ def shrunk(path: str, out: str) -> str:
 def test_every_seed_system_has_an_mpnet_recipe():
     names = {os.path.basename(p)[:-5] for p in RECIPES}
     assert {"distilbert-6l", "pkd-6l", "tinybert-4l", "minilm-6l", "pd-minilm-l6", "theseus-6l",
-            "albert-share", "q8bert-dynamic", "q8bert-qat", "qbert-mixed", "early-exit", "chain"} <= names
+            "albert-share", "q8bert-dynamic", "q8bert-qat", "qbert-mixed", "early-exit", "chain",
+            "mobilebert-progressive"} <= names
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: os.path.basename(p)[:-5])

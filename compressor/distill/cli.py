@@ -60,10 +60,13 @@ def register(cli):
                   help="A loss and its weight, or NAME.SETTING=VALUE, repeatable: kd=1, "
                        "kd.temperature=2, task=0.5, logits_mse=1, hidden=1, "
                        "hidden.mapping=uniform|skip|last|[2,4,6], embedding=1, attention=1, "
-                       "attention.measure=mse|kl, cosine=1, minilm=1 [default: kd=1].")
+                       "attention.measure=mse|kl, hidden.layers=[3] (those student layers only), "
+                       "cosine=1, minilm=1 [default: kd=1].")
     @click.option("--intermediate-epochs", type=float, default=0.0, show_default=True,
                   help="TinyBERT's two stages: epochs of layer losses alone before the prediction stage.")
     @click.option("--intermediate-lr", type=float, default=0.0, help="Learning rate of that stage [default: --lr].")
+    @click.option("--progressive", is_flag=True,
+                  help="MobileBERT: that first stage layer by layer, bottom up, the layers below fixed.")
     @click.option("--no-cache", is_flag=True, help="Run the teacher on every batch instead of caching its logits.")
     @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
     @click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
@@ -71,7 +74,7 @@ def register(cli):
     @nproc_option
     @_train_options
     def distill(teacher, out, task, data_dir, train_file, dev_file, text_columns, label_column,
-                student, loss, intermediate_epochs, intermediate_lr,
+                student, loss, intermediate_epochs, intermediate_lr, progressive,
                 no_cache, train_limit, dev_limit, overwrite, nproc, **kwargs):
         """Distil a task checkpoint into a smaller student; writes the student and metrics.json."""
         from .distiller import DistillConfig, distill as run
@@ -83,7 +86,8 @@ def register(cli):
         config = DistillConfig(**kwargs, student=student_values,
                                losses=_settings(loss, "loss") or {"kd": 1},
                                intermediate_epochs=intermediate_epochs,
-                               intermediate_lr=intermediate_lr, cache_teacher_logits=not no_cache)
+                               intermediate_lr=intermediate_lr, progressive=progressive,
+                               cache_teacher_logits=not no_cache)
         record = run(teacher, out, task=task, config=config, data_dir=data_dir,
                      train_limit=train_limit, dev_limit=dev_limit, overwrite=overwrite,
                      user_data=_user_data(train_file, dev_file, text_columns, label_column))

@@ -33,6 +33,7 @@ class DistillConfig(TrainConfig):
     losses: Losses = field(default_factory=lambda: Losses(kd=KDSettings()))   # name -> settings
     intermediate_epochs: float = setting(0.0, check=not_negative)   # TinyBERT's two stages: this many epochs of layer losses first
     intermediate_lr: float = 0.0       # its learning rate; 0 = lr
+    progressive: bool = False          # MobileBERT: the first stage layer by layer, bottom up, lower layers fixed
     cache_teacher_logits: bool = True  # run the teacher once over the train set when only logits are needed
     teacher: str = "recipe"            # stage only: recipe (the recipe's teacher), input, or a folder
 
@@ -48,6 +49,11 @@ class DistillConfig(TrainConfig):
         if self.intermediate_epochs and not self.losses.layer_losses():
             raise CompressorError("intermediate_epochs needs a layer loss (hidden, embedding, "
                                   "attention, cosine or minilm) in losses")
+        if self.progressive and not self.intermediate_epochs:
+            raise CompressorError("progressive transfer splits the first stage over the student's "
+                                  "layers: set intermediate_epochs")
+        if self.progressive and not any(hasattr(s, "layers") for _, s in self.losses.active()):
+            raise CompressorError("progressive transfer needs a hidden or attention loss in losses")
         if self.intermediate_epochs and not self.losses.prediction_only().active():
             raise CompressorError("intermediate_epochs needs a prediction-layer loss (kd, task or "
                                   "logits_mse) for the second stage")
@@ -244,8 +250,13 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
                         eval_every=10 ** 9)   # one evaluation at the end: keep the last weights
         phases = [("intermediate", losses.intermediate_only(), first),
                   ("predict", losses.prediction_only(), base)]
+        if config.progressive:
+            phases = progressive_phases(losses, first, student, teacher) + phases[1:]
     history, cache, start = [], None, time.perf_counter()
-    for name, phase_losses, phase_config in phases:
+    for name, phase_losses, phase_config, *fixed in phases:
+        fixed = [p for p in (fixed[0] if fixed else []) if p.requires_grad]
+        for p in fixed:
+            p.requires_grad_(False)
         phase_cache = None
         only_logits = not phase_losses.layer_losses()
         if config.cache_teacher_logits and only_logits and phase_losses.needs_teacher_logits:
@@ -265,6 +276,8 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
                          callbacks=callbacks)
         finally:
             loss_fn.close()
+            for p in fixed:
+                p.requires_grad_(True)
         history.append({"phase": name, **result})
     student = trainee.student.to("cpu").eval()
     teacher.to("cpu")
@@ -274,6 +287,37 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
         "best_step": final["best"]["step"], "steps": sum(h["steps"] for h in history),
         "phases": history, "cached_teacher_logits": cache is not None,
         "train_time_s": round(time.perf_counter() - start, 2)}
+
+
+def progressive_phases(losses: Losses, config: TrainConfig, student, teacher) -> list:
+    """MobileBERT's progressive knowledge transfer: the first stage as one phase per student
+    layer, bottom up, each ``1/m`` of its epochs. At layer ``l`` the hidden and attention losses
+    count that layer's pairs alone (``layers: [l]``), the embedding loss only at the first layer
+    (the embeddings train with it) and the other layer losses only at the last; from layer 2
+    on, the embeddings and the layers below ``l`` stay fixed. A layer no pair reaches has no phase. Returns ``(name, losses, config, fixed)``."""
+    from .losses import layer_mapping
+
+    spec = arch_of(student)
+    m, n = spec.num_layers(student.config), arch_of(teacher).num_layers(teacher.config)
+    layers = spec.get_layers(student)
+    below = list(spec.get_embeddings(student).parameters())
+    first = losses.intermediate_only()
+    steps = []
+    for layer in range(1, m + 1):
+        picked = Losses()
+        for name, settings in first.items():
+            if hasattr(settings, "layers"):
+                if any(s == layer for s, _ in layer_mapping(m, n, settings.mapping)):
+                    picked[name] = replace(settings, layers=[layer])
+            elif (name == "embedding" and layer == 1) or (name != "embedding" and layer == m):
+                picked[name] = settings
+        if picked.active():
+            steps.append((layer, picked, list(below) if layer > 1 else []))
+        below += list(layers[layer - 1].parameters())
+    if not steps:
+        raise CompressorError("progressive transfer: no student layer is paired with a teacher layer")
+    each = replace(config, epochs=config.epochs / len(steps))
+    return [(f"progressive layer {layer}", picked, each, fixed) for layer, picked, fixed in steps]
 
 
 def _encoded_keys(model) -> set:

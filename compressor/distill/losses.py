@@ -387,8 +387,16 @@ def _mapping(value, name, config=None) -> Optional[str]:
     return None
 
 
+def _student_layers(value, name, config=None) -> Optional[str]:
+    if any(s < 1 for s in value):
+        return f"{name} lists student layer {min(value)}; student layers start at 1"
+    return None
+
+
 def _mapped(settings, setup: LossSetup) -> List[Tuple[int, int]]:
-    return layer_mapping(setup.student_layers, setup.teacher_layers, settings.mapping)
+    pairs = layer_mapping(setup.student_layers, setup.teacher_layers, settings.mapping)
+    only = getattr(settings, "layers", None)
+    return [(s, t) for s, t in pairs if s in only] if only else pairs
 
 
 # -- the losses --------------------------------------------------------------------
@@ -423,6 +431,7 @@ class HiddenSettings(LossSettings):
     mapping: Union[str, List[int]] = setting("uniform", check=_mapping)   # see layer_mapping
     tokens: str = setting("all", choices=("all", "cls"))   # cls: the first token only (BERT-PKD)
     normalize: bool = False                                 # BERT-PKD compares unit vectors
+    layers: List[int] = setting(default_factory=list, check=_student_layers)  # only these student layers' pairs; empty: all
 
 
 @register_loss("hidden", HiddenSettings, uses=("hidden_states",), layers=True, prepare=_mapped,
@@ -446,6 +455,7 @@ def embedding(signals: Signals, settings: LossSettings) -> torch.Tensor:
 class AttentionSettings(LossSettings):
     mapping: Union[str, List[int]] = setting("uniform", check=_mapping)
     measure: str = setting("mse", choices=("mse", "kl"))   # mse (TinyBERT) or kl (MobileBERT)
+    layers: List[int] = setting(default_factory=list, check=_student_layers)  # only these student layers' pairs; empty: all
 
 
 @register_loss("attention", AttentionSettings, uses=("attentions",), layers=True, prepare=_mapped)
