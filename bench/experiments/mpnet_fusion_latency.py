@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -105,21 +104,13 @@ def time_one(folder: str, name: str, data_dir: str, sentences: int, warmup: int,
 
 def timed_rounds(folders: dict, args) -> dict:
     """(name, threads) -> [seconds of each round], a fresh process per variant and round."""
-    keys = [(name, t) for t in args.thread_counts for name in folders]
-    times = {k: [] for k in keys}
-    for r in range(args.rounds):
-        order = keys[r % len(keys):] + keys[:r % len(keys)]
-        for name, threads in order:
-            cmd = [sys.executable, "-m", "bench.experiments.mpnet_fusion_latency", "--time", folders[name],
-                   "--name", name, "--threads", str(threads), "--data-dir", args.data_dir,
-                   "--sentences", str(args.sentences), "--warmup", str(args.warmup), "--long", str(args.long)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                                 env={**os.environ, "OMP_NUM_THREADS": str(threads)})
-            seconds = json.loads(out.stdout.strip().splitlines()[-1])
-            times[name, threads].append(seconds)
-            log(f"round {r + 1}/{args.rounds} {name:13s} {threads} thread(s) "
-                f"p50 {1000 * sorted(seconds)[len(seconds) // 2]:.3f} ms")
-    return times
+    from bench.experiments.sparse_latency import process_rounds
+
+    jobs = {(name, t): (["--time", folders[name], "--name", name, "--threads", str(t), "--data-dir",
+                         args.data_dir, "--sentences", str(args.sentences), "--warmup", str(args.warmup),
+                         "--long", str(args.long)], t, f"{name:13s} {t} thread(s)")
+            for t in args.thread_counts for name in folders}
+    return process_rounds("bench.experiments.mpnet_fusion_latency", jobs, args.rounds)
 
 
 def main():

@@ -26,7 +26,11 @@ MODELS = (  # (suffix, label)
     ("chain-hf", "chain: 6-layer kd student, half of heads and FFN pruned, kd recovery"),
     ("chain", "chain + vocabulary pruned"),
 )
-RUNS = (("students", "students"), ("pipeline", "pipeline"), ("mpnet-glue5-h100", "earlier session"))
+RUNS = (  # (label, folder under the results root, the models each task may have)
+    ("students", "students", MODELS),
+    ("pipeline", "pipeline", MODELS),
+    ("earlier session", os.path.join("..", "mpnet-glue5-h100"), (("6L", MODELS[0][1] + ", 2-5 epochs"),)),
+)
 
 
 def _load(path):
@@ -38,8 +42,8 @@ def _load(path):
 
 def collect(root: str) -> list:
     entries = []
-    for run, where in RUNS:
-        folder = os.path.join(root, run) if run != "mpnet-glue5-h100" else os.path.join(root, "..", run)
+    for where, run, models in RUNS:
+        folder = os.path.join(root, run)
         for task in TASKS:
             teacher = _load(os.path.join(folder, f"{task}-metrics.json"))
             if teacher is None:
@@ -47,8 +51,7 @@ def collect(root: str) -> list:
             t = round(teacher["score"], 2)
             entries.append({"run": where, "task": task, "model": "teacher", "label": "MPNet-base teacher",
                             "score": t, "teacher": t, "parameters": teacher.get("parameters")})
-            suffixes = MODELS if run != "mpnet-glue5-h100" else (("6L", MODELS[0][1] + ", 2-5 epochs"),)
-            for suffix, label in suffixes:
+            for suffix, label in models:
                 m = _load(os.path.join(folder, f"{task}-{suffix}-metrics.json"))
                 if m is not None:
                     entries.append({"run": where, "task": task, "model": suffix, "label": label,

@@ -97,23 +97,30 @@ def time_one(folder: str, name: str, data_dir: str, sentences: int, warmup: int,
     return interleaved_latency([runner], texts, warmup)[name]
 
 
+def process_rounds(module: str, jobs: dict, rounds: int) -> dict:
+    """key -> [seconds of each round]: ``jobs`` maps a key to ``(arguments, threads, label)``;
+    each job runs ``python -m module ARGUMENTS`` (which prints its seconds as JSON last) in a
+    fresh process per round with ``OMP_NUM_THREADS=threads``, the order rotating from round to
+    round."""
+    keys = list(jobs)
+    times = {k: [] for k in keys}
+    for r in range(rounds):
+        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+            arguments, threads, label = jobs[key]
+            out = subprocess.run([sys.executable, "-m", module, *arguments], capture_output=True, text=True,
+                                 check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+            seconds = json.loads(out.stdout.strip().splitlines()[-1])
+            times[key].append(seconds)
+            log(f"round {r + 1}/{rounds} {label} p50 {1000 * sorted(seconds)[len(seconds) // 2]:.3f} ms")
+    return times
+
+
 def timed_rounds(folders: dict, data_dir: str, sentences: int, rounds: int, warmup: int) -> dict:
     """name -> [seconds of each round]: every variant in a fresh process per round, the
     order rotating from round to round."""
-    names = list(folders)
-    times = {n: [] for n in names}
-    for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for name in order:
-            cmd = [sys.executable, "-m", "bench.experiments.sparse_latency", "--time", folders[name],
-                   "--name", name, "--data-dir", data_dir, "--sentences", str(sentences),
-                   "--warmup", str(warmup)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                                 env={**os.environ, "OMP_NUM_THREADS": str(THREADS)})
-            seconds = json.loads(out.stdout.strip().splitlines()[-1])
-            times[name].append(seconds)
-            log(f"round {r + 1}/{rounds} {name:15s} p50 {1000 * sorted(seconds)[len(seconds) // 2]:.3f} ms")
-    return times
+    jobs = {name: (["--time", folder, "--name", name, "--data-dir", data_dir, "--sentences", str(sentences),
+                    "--warmup", str(warmup)], THREADS, f"{name:15s}") for name, folder in folders.items()}
+    return process_rounds("bench.experiments.sparse_latency", jobs, rounds)
 
 
 def measure(folders: dict, args) -> dict:

@@ -244,17 +244,17 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
     trainee = Trainee(student, make_projections(student, teacher, losses) if layer_losses
                       else nn.ModuleDict())
     base = config.train_config()
-    phases = [("predict", losses, base)]
+    phases = [("predict", losses, base, [])]    # (name, losses, settings, parameters held fixed)
     if config.intermediate_epochs:
         first = replace(base, epochs=config.intermediate_epochs, lr=config.intermediate_lr or base.lr,
                         eval_every=10 ** 9)   # one evaluation at the end: keep the last weights
-        phases = [("intermediate", losses.intermediate_only(), first),
-                  ("predict", losses.prediction_only(), base)]
+        phases = [("intermediate", losses.intermediate_only(), first, []),
+                  ("predict", losses.prediction_only(), base, [])]
         if config.progressive:
             phases = progressive_phases(losses, first, student, teacher) + phases[1:]
     history, cache, start = [], None, time.perf_counter()
-    for name, phase_losses, phase_config, *fixed in phases:
-        fixed = [p for p in (fixed[0] if fixed else []) if p.requires_grad]
+    for name, phase_losses, phase_config, fixed in phases:
+        fixed = [p for p in fixed if p.requires_grad]
         for p in fixed:
             p.requires_grad_(False)
         phase_cache = None
@@ -294,7 +294,8 @@ def progressive_phases(losses: Losses, config: TrainConfig, student, teacher) ->
     layer, bottom up, each ``1/m`` of its epochs. At layer ``l`` the hidden and attention losses
     count that layer's pairs alone (``layers: [l]``), the embedding loss only at the first layer
     (the embeddings train with it) and the other layer losses only at the last; from layer 2
-    on, the embeddings and the layers below ``l`` stay fixed. A layer no pair reaches has no phase. Returns ``(name, losses, config, fixed)``."""
+    on, the embeddings and the layers below ``l`` stay fixed. A layer no pair reaches has no
+    phase. Returns ``(name, losses, config, fixed parameters)`` per phase."""
     from .losses import layer_mapping
 
     spec = arch_of(student)

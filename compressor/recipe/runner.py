@@ -214,7 +214,7 @@ def _check_teacher(recipe: Recipe, source: str) -> None:
         raise CompressorError(
             f"teacher {recipe.teacher_model} is a base encoder with no task head; "
             "add teacher.finetune settings to the recipe to fine-tune it first")
-    trained_on = read_meta(source).get("task") if os.path.isdir(source) else None
+    trained_on = read_meta(source).get("task")   # {} for a hub id or a foreign folder
     if (recipe.teacher_finetune is None and trained_on and recipe.task is not None
             and recipe.user_data is None and trained_on != recipe.task.name):
         raise CompressorError(
