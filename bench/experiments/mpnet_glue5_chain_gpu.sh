@@ -28,7 +28,7 @@ TASKS=${TASKS:-sst2 cola mrpc stsb rte}
 ONCE=1000000
 mkdir -p "$OUT/logs"
 log() { echo "$*" | sed "s|$HOME/|~/|g" >> "$OUT/commands-$PHASE.txt"; }
-: > "$OUT/commands-$PHASE.txt"
+touch "$OUT/commands-$PHASE.txt"  # appended to by a call that resumes (duplicates dropped at the end)
 # task -> epochs batch (the teachers' batch sizes; small tasks get more student epochs)
 spec() { case $1 in sst2) echo "2 32";; cola) echo "6 32";; *) echo "6 16";; esac; }
 job() {  # name command...: run in the background, keep the log and metrics.json
@@ -36,12 +36,14 @@ job() {  # name command...: run in the background, keep the log and metrics.json
   ( "$@" > "$OUT/logs/$name.log" 2>&1 && cp "$WORK/$name/metrics.json" "$OUT/$name-metrics.json" \
     || echo "FAILED $name" >> "$OUT/logs/failed.txt" ) &
 }
+done_() { [ -f "$WORK/$1/${2:-metrics.json}" ]; }  # a step this machine finished in an earlier call
 int8() {  # name: fused ONNX export, dynamic INT8 (avx512_vnni preset, as the CPU timing), dev score
   local name=$1
   E=(python3 -m compressor export "$WORK/$name" --out "$WORK/$name-onnx" --exporter torch --data-dir "$GLUE" --overwrite)
   Q=(python3 -m compressor quantize "$WORK/$name-onnx" --out "$WORK/$name-int8" --data-dir "$GLUE"
     --preset avx512_vnni --threads 2 --overwrite ${QLIMITS:-})
   log "${E[@]}"; log "${Q[@]}"
+  done_ $name-int8 quantize.json && return 0
   "${E[@]}" > "$OUT/logs/$name-onnx.log" 2>&1 && "${Q[@]}" > "$OUT/logs/$name-int8.log" 2>&1 \
     && cp "$WORK/$name-int8/quantize.json" "$OUT/$name-int8-quantize.json"
 }
@@ -64,6 +66,7 @@ student() {  # task variant(kd|pkd): a 6-layer student of every other teacher la
     --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
   [ $variant = pkd ] && S+=(--loss hidden=1 --loss hidden.mapping=uniform --no-cache)
   log "${S[@]}"
+  done_ $task-6L-$variant && return 0
   "${S[@]}" > "$OUT/logs/$task-6L-$variant.log" 2>&1 \
     && cp "$WORK/$task-6L-$variant/metrics.json" "$OUT/$task-6L-$variant-metrics.json"
 }
@@ -78,9 +81,9 @@ chain() {  # task source: heads+FFN halved with kd recovery from the teacher, vo
   P2=(python3 -m compressor prune --model "$WORK/$task-chain-hf" --out "$WORK/$task-chain"
     --data-dir "$GLUE" --method vocab --recover mode=none --overwrite $LIMITS)
   log "${P1[@]}"; log "${P2[@]}"
-  "${P1[@]}" > "$OUT/logs/$task-chain-hf.log" 2>&1 \
+  { done_ $task-chain-hf || "${P1[@]}" > "$OUT/logs/$task-chain-hf.log" 2>&1; } \
     && cp "$WORK/$task-chain-hf/metrics.json" "$OUT/$task-chain-hf-metrics.json" \
-    && "${P2[@]}" > "$OUT/logs/$task-chain.log" 2>&1 \
+    && { done_ $task-chain || "${P2[@]}" > "$OUT/logs/$task-chain.log" 2>&1; } \
     && cp "$WORK/$task-chain/metrics.json" "$OUT/$task-chain-metrics.json" \
     && int8 $task-chain
 }
@@ -92,11 +95,38 @@ theseus() {  # task: BERT-of-Theseus 12 -> 6 from the teacher, constant rate 0.5
     --set max_length=128 --set eval_every=$ONCE --set device="$DEVICE" --set precision=$PRECISION
     --overwrite $LIMITS)
   log "${TH[@]}"
+  done_ $task-theseus && return 0
   "${TH[@]}" > "$OUT/logs/$task-theseus.log" 2>&1 \
     && cp "$WORK/$task-theseus/metrics.json" "$OUT/$task-theseus-metrics.json"
 }
 failed() { echo "FAILED $1" >> "$OUT/logs/failed.txt"; }
-case ${PHASE:?PHASE=students, chain or pipeline} in
+variants() {  # task kinds...: name=folder of each finished model of the given kinds
+  local task=$1 kind; shift
+  for kind in "$@"; do case $kind in
+    teacher-int8) done_ $task-int8 quantize.json && echo "teacher-int8=$WORK/$task-int8";;
+    chain-int8) done_ $task-chain-int8 quantize.json && echo "chain-int8=$WORK/$task-chain-int8";;
+    student-6L) done_ $task-6L-kd && echo "student-6L=$WORK/$task-6L-kd";;
+    chain) done_ $task-chain && echo "chain=$WORK/$task-chain";;
+  esac; done; return 0
+}
+bench_cpu() {  # task: the server CPU, all cores then 1 thread; the peers made from the same teacher
+  local task=$1
+  B=(python3 -m compressor bench $(variants $task teacher-int8 chain-int8 student-6L) --teacher "$WORK/$task"
+    --task $task --data-dir "$GLUE" --peers "${PEERS:-pytorch-int8,ort-o2,ort-o2-int8,inc-int8}"
+    --preset avx512_vnni --threads "$(nproc),1" --sentences ${SENTENCES:-200} --batch-sizes 32 --no-memory
+    --work-dir "$WORK/peers-$task" --out "$OUT/bench-$task-cpu.json")
+  log "${B[@]}"
+  "${B[@]}" > "$OUT/logs/bench-$task-cpu.log" 2>&1 || failed bench-$task-cpu
+}
+bench_gpu() {  # task: the GPU, FP32 and BF16, batch 1 and 256
+  local task=$1
+  G=(python3 -m compressor bench $(variants $task student-6L chain) --teacher "$WORK/$task" --task $task
+    --data-dir "$GLUE" --peers none --device cuda --precisions fp32,bf16 --threads 1
+    --sentences ${SENTENCES:-200} --batch-sizes 256 --no-memory --out "$OUT/bench-$task-gpu.json")
+  log "${G[@]}"
+  "${G[@]}" > "$OUT/logs/bench-$task-gpu.log" 2>&1 || failed bench-$task-gpu
+}
+case ${PHASE:?PHASE=students, chain, pipeline, bench or collect} in
 students|pipeline)
   [ -f "$WORK/mpnet/config.json" ] || python3 -m bench.experiments.widen "${MPNET:?MPNET=folder of the base encoder}" "$WORK/mpnet"
   for task in $TASKS; do
@@ -109,7 +139,7 @@ students|pipeline)
       # the kd student (the pkd variant scored lower on SST-2, MRPC, RTE and CoLA dev in the
       # students phase, so the chain starts from kd), the chain from it and INT8; beside it,
       # BERT-of-Theseus 12 -> 6 and the teacher's own INT8
-      { theseus $task || failed $task-theseus; } &
+      [ "${THESEUS:-1}" = 1 ] && { theseus $task || failed $task-theseus; } &
       { student $task kd && chain $task $task-6L-kd || failed $task-chain; } &
       { int8 $task || failed $task-int8; } &
     fi
@@ -117,6 +147,10 @@ students|pipeline)
    ) &
   done
   wait ;;
+bench)  # on a machine that kept the pipeline's models: GPU first (quick), then the server CPU
+  [ "$DEVICE" = cuda ] && for task in $TASKS; do bench_gpu $task; done
+  for task in $TASKS; do bench_cpu $task; done ;;
+collect) ;;  # only what comes back (below), e.g. after a call that ran out of time
 chain)  # on a machine that kept the students phase's models
   for task in $TASKS; do
     { chain $task $task-6L-${CHAIN_FROM:-kd} || failed $task-chain; } &
@@ -125,10 +159,11 @@ chain)  # on a machine that kept the students phase's models
   wait ;;
 esac
 cat "$OUT/logs/failed.txt" 2>/dev/null || true
-# what comes back: metrics, and each model's configs, shape and tokenizer (no weights)
+# what comes back: every finished model's metrics, and each model's configs, shape and tokenizer (no weights)
 ( cd "$WORK" && find . -maxdepth 2 \( -name 'config.json' -o -name 'compressor.json' -o -name 'tokenizer*.json' \
     -o -name 'vocab.txt' -o -name 'special_tokens_map.json' -o -name 'metrics.json' -o -name 'quantize.json' \
     -o -name 'manifest.json' -o -name 'parity.json' \) -print0 \
   | tar --null -cf "$OUT/back-$PHASE.tar" -T - )
 rm -f "$OUT"/*-metrics.json.tmp* 2>/dev/null || true
+awk '!seen[$0]++' "$OUT/commands-$PHASE.txt" > "$OUT/commands.tmp" && mv "$OUT/commands.tmp" "$OUT/commands-$PHASE.txt"
 ls -la "$OUT"
