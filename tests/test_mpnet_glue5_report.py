@@ -1,0 +1,161 @@
+"""The headline's GLUE-5 report on planted results: GLUE-5 means, speed-ups, the targets' verdicts,
+the Pareto marks, edge scores taken from the server bench, missing tasks said, output stable."""
+import json
+import os
+
+import pytest
+
+from bench.experiments import mpnet_glue5_report as report
+from compressor.results import row, write_results
+
+TEACHER = {"sst2": 94.0, "mrpc": 90.0, "stsb": 89.0, "rte": 66.0, "cola": 55.0}
+SCALE = {"sst2": 1.0, "mrpc": 1.2, "stsb": 1.1, "rte": 1.5, "cola": 0.8}   # each task's lengths
+# name: (group, engine, precision, p50 at 1 thread, p50 at 16 threads, score - teacher's, size)
+SERVER = {"teacher": ("teacher", "pytorch", "fp32", 100.0, 20.0, 0.0, 400_000_000),
+          "pytorch-int8": ("peer", "pytorch", "int8-dynamic", 40.0, 10.0, -0.2, 180_000_000),
+          "ort-o2-int8": ("peer", "onnxruntime", "int8-dynamic", 10.0, 3.0, -1.0, 110_000_000),
+          "chain-int8": ("ours", "onnxruntime", "int8-dynamic", 5.0, 2.5, -0.5, 30_000_000),
+          "student-6L": ("ours", "pytorch", "fp32", 50.0, 10.0, -3.0, 260_000_000)}
+FP = {"processor": "Planted Xeon", "cores": 16, "cpu_flags": ["avx512_vnni"], "cpu_preset": "avx512_vnni",
+      "python": "3.11", "platform": "linux", "versions": {"torch": "2"}, "hostname_hash": 1}
+
+
+def _row(name, task, group, engine, precision, value, size, threads, p50=None, throughput=None, batch=1,
+         device="cpu"):
+    measured = {"latency_ms": {"p50": p50, "p90": p50 * 1.5, "p99": p50 * 2, "mean": p50 * 1.1}} if p50 \
+        else {"throughput": throughput}
+    return row(name, task, "score", value, TEACHER[task] if value is not None else None, parameters=size // 4,
+               size_bytes=size, engine=engine, device=device, threads=threads, batch_size=batch,
+               extra={"group": group, "precision": precision}, **measured)
+
+
+def _server_cpu(task):
+    rows = []
+    for name, (group, engine, precision, p1, p16, delta, size) in SERVER.items():
+        for threads, p50 in ((16, p16), (1, p1)):
+            p50 *= SCALE[task]
+            args = (name, task, group, engine, precision, TEACHER[task] + delta, size, threads)
+            rows += [_row(*args, p50=p50), _row(*args, throughput=1000 / p50, batch=32)]
+    return rows
+
+
+def _gpu(task):
+    rows = []
+    for name, group, precision, value, p50, tput in (("teacher", "teacher", "fp32", 66.0, 8.0, 1000.0),
+                                                     ("teacher", "teacher", "bf16", 66.1, 6.0, 2500.0),
+                                                     ("chain", "ours", "fp32", 65.5, 4.0, 3000.0),
+                                                     ("chain-bf16", "ours", "bf16", 65.4, 3.0, 7000.0)):
+        args = (name, task, group, "pytorch", precision, value, 1_000_000, 1)
+        rows += [_row(*args, p50=p50, device="cuda"), _row(*args, throughput=tput, batch=256, device="cuda")]
+    return rows
+
+
+def _edge(task):
+    rows = []
+    for name, group, precision, p1, p2 in (("teacher", "teacher", "fp32", 120.0, 80.0),
+                                           ("chain-int8", "ours", "int8-dynamic", 10.0, 8.0),
+                                           ("student6-int8", "ours", "int8-dynamic", 15.0, 12.0),
+                                           ("ort-o2-int8", "peer", "int8-dynamic", 30.0, 24.0)):
+        for threads, p50 in ((1, p1), (2, p2)):
+            rows.append(_row(name, task, group, "onnxruntime", precision, None, 1_000_000, threads, p50=p50))
+    return rows
+
+
+@pytest.fixture
+def folder(tmp_path):
+    root = tmp_path / "mpnet-glue5"
+    for task in TEACHER:
+        write_results(str(root / "server" / f"bench-{task}-cpu.json"), _server_cpu(task),
+                      command=f"compressor bench {task}", fingerprint_info=FP)
+    write_results(str(root / "server" / "bench-rte-gpu.json"), _gpu("rte"), command="compressor bench gpu",
+                  fingerprint_info={**FP, "gpu": "Planted GPU", "cuda": "12"})
+    write_results(str(root / "latency-rte-cpu.json"), _edge("rte"), command="latency rte",
+                  fingerprint_info={**FP, "cores": 2})
+    (root / "server" / "commands-bench.txt").write_text("python3 -m compressor bench planted\n")
+    summary = [row(f"students/{t}/{m}", t, "score", TEACHER[t] - d, TEACHER[t], parameters=1)
+               for t in TEACHER for m, d in (("teacher", 0.0), ("6L-kd", 2.0))]
+    for r in summary:
+        r["extra"] = {"label": "6-layer kd student" if r["name"].endswith("6L-kd") else "teacher"}
+    write_results(str(root / "summary.json"), summary, command="summary", fingerprint_info={"machine": "gpu"},
+                  glue5={"kd": {"glue5": 1.0}})
+    return root
+
+
+def _run(folder, out):
+    paths = report.main([str(folder), "--out", str(out)])
+    return paths, json.load(open(out / "report.json")), open(out / "report.md").read()
+
+
+def _machine(rep, key):
+    return next(m for m in rep["machines"] if m["key"] == key)
+
+
+def test_glue5_speedups_targets_and_pareto(folder, tmp_path):
+    paths, rep, md = _run(folder, tmp_path / "out")
+    assert sorted(os.path.basename(p) for p in paths) == ["report.html", "report.json", "report.md", "report.png"]
+    assert all(os.path.getsize(p) > 0 for p in paths)
+    assert [m["key"] for m in rep["machines"]] == ["server-cpu-16t", "server-cpu-1t", "edge-cpu-1t",
+                                                   "edge-cpu-2t", "gpu"]
+    one = _machine(rep, "server-cpu-1t")
+    g5 = {ln["label"]: ln for ln in one["glue5"]["lines"]}
+    mean = sum(TEACHER.values()) / 5
+    assert g5["teacher"]["value"] == pytest.approx(mean)
+    assert g5["chain-int8"]["value"] == pytest.approx(mean - 0.5)
+    assert g5["chain-int8"]["p50"] == pytest.approx(5.0 * sum(SCALE.values()) / 5)
+    assert g5["chain-int8"]["speedup"] == pytest.approx(20.0)
+    assert g5["chain-int8"]["retention"] == pytest.approx((mean - 0.5) / mean, abs=1e-4)
+    # per task: chain (5 ms) beats ort-o2-int8 (10 ms) on both; pytorch-int8 scores above the chain
+    rte = {ln["label"]: ln for ln in one["tasks"]["rte"]}
+    assert {n for n, ln in rte.items() if ln["pareto"]} == {"teacher", "pytorch-int8", "chain-int8"}
+    assert {n for n, ln in g5.items() if ln["pareto"]} == {"teacher", "pytorch-int8", "chain-int8"}
+    assert rte["student-6L"]["speedup"] == pytest.approx(2.0)
+    assert rte["chain-int8"]["throughput"] == [[32, pytest.approx(1000 / 7.5)]]
+
+    verdict = {(t["machine_key"], t["id"]): t for t in rep["targets"]}
+    assert verdict["server-cpu-1t", "a"]["verdict"] == "met"
+    assert verdict["server-cpu-1t", "b"]["verdict"] == "met"            # 100 / 5 = 20x
+    assert verdict["server-cpu-16t", "b"]["verdict"] == "not met"       # 20 / 2.5 = 8x
+    assert verdict["server-cpu-16t", "b"]["value"] == pytest.approx(8.0)
+    assert verdict["server-cpu-1t", "c"]["verdict"] == "not met"        # ort-o2-int8: 10 / 5 = 2x
+    assert verdict["server-cpu-1t", "c"]["value"] == pytest.approx(2.0)
+    assert verdict["server-cpu-1t", "c'"]["verdict"] == "met"           # pytorch-int8 scores more: 8x
+    assert verdict["server-cpu-1t", "c'"]["value"] == pytest.approx(8.0)
+    assert verdict["server-cpu-1t", "d"]["value"] == pytest.approx(400 / 30, abs=1e-3)
+    assert verdict["server-cpu-1t", "e"]["verdict"] == "not met"
+    assert "| (b) p50 batch-1 speed-up of chain-int8 vs teacher PyTorch FP32 >= 15.0× | server CPU, 1 thread " \
+           "| teacher 112.00 ms / chain-int8 5.60 ms = 20.0× | **met** |" in md
+
+    # edge: latency of the shape copies, the score of the server's chain-int8; no INT8 student was scored
+    edge = {ln["label"]: ln for ln in _machine(rep, "edge-cpu-1t")["tasks"]["rte"]}
+    assert edge["chain-int8"]["value"] == TEACHER["rte"] - 0.5 and edge["chain-int8"]["speedup"] == 12.0
+    assert edge["student6-int8"]["value"] is None and "EDGE_NAMES" in edge["student6-int8"]["score_note"]
+    assert _machine(rep, "edge-cpu-1t")["glue5"]["missing_tasks"] == ["sst2", "mrpc", "stsb", "cola"]
+
+    gpu = {(r["task"], r["precision"]): r["ratio"] for r in rep["gpu_throughput"]}
+    assert gpu == {("rte", "fp32"): 3.0, ("rte", "bf16"): 2.8}
+    gpu_rte = {ln["label"]: ln for ln in _machine(rep, "gpu")["tasks"]["rte"]}
+    assert gpu_rte["chain-bf16"]["speedup"] == pytest.approx(8 / 3, abs=1e-3)   # vs the FP32 teacher
+
+    assert "| students | 6-layer kd student | 92.00 | 88.00 | 87.00 | 64.00 | 53.00 | 76.80 |" in md
+    assert "python3 -m compressor bench planted" in md and "`latency-commands.sh`: missing" in md
+    assert "Planted Xeon" in md and "![latency versus score](report.png)" in md
+    page = open(tmp_path / "out" / "report.html").read()
+    assert page.count("data:image/png;base64,") == 1 and "<table>" in page and 'src="report.png"' not in page
+
+
+def test_a_missing_task_gives_no_glue5_and_says_so(folder, tmp_path):
+    os.remove(folder / "server" / "bench-cola-cpu.json")
+    _, rep, md = _run(folder, tmp_path / "out")
+    one = _machine(rep, "server-cpu-1t")
+    assert one["glue5"]["lines"] == [] and one["glue5"]["missing_tasks"] == ["cola"]
+    assert all(t["verdict"] == "not computed" for t in rep["targets"])
+    assert any("cola" in m for m in rep["missing"])
+    assert "Not computed: missing cola on this machine." in md
+
+
+def test_the_same_inputs_give_the_same_report_json(folder):
+    report.main([str(folder)])
+    first = open(folder / "report.json", "rb").read()
+    report.main([str(folder)])
+    assert open(folder / "report.json", "rb").read() == first
+    assert not [f for f in os.listdir(folder) if f.startswith(".tmp")]
