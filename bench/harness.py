@@ -563,17 +563,18 @@ def _text(ex):
 
 
 def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_value: Optional[float] = None,
-              log: Callable = print) -> List[dict]:
+              log: Callable = print, on_rows: Optional[Callable[[List[dict]], None]] = None) -> List[dict]:
     """Measure every variant; return one results row per variant, thread count and batch size.
 
     ``dev`` is the task's labelled dev dataset: its sentences are the timing
     inputs and its labels the score. ``teacher_value`` fills retention. Each
     variant is built once per thread count, in a process of its own, which also
     scores it and weighs its memory (at the first thread count); the variants are
-    timed in rounds (``rounds_latency``, ``rounds_throughput``).
+    timed in rounds (``rounds_latency``, ``rounds_throughput``). ``on_rows`` receives the rows
+    measured so far after the scores and after each thread count, so a run stopped midway
+    keeps what it finished.
     """
     from compressor.metrics import task_score
-    from compressor.results import row
 
     from .worker import Workers
 
@@ -619,6 +620,16 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
                 rates = rounds_throughput(workers, batch_texts, bs, config.throughput_batches, config.pause_s)
                 for name, rate in rates.items():
                     results[(name, threads, bs)] = {"throughput": rate}
+        if on_rows:
+            on_rows(_rows(specs, task, config, scores, memory, results, other_load, teacher_value))
+    return _rows(specs, task, config, scores, memory, results, other_load, teacher_value)
+
+
+def _rows(specs, task, config: BenchConfig, scores: dict, memory: dict, results: dict, other_load: dict,
+          teacher_value: Optional[float]) -> List[dict]:
+    """One results row per variant, thread count and batch size measured so far."""
+    from compressor.results import row
+
     policy = timing_policy(config)
     rows = []
     for s in specs:

@@ -54,6 +54,8 @@ def _file_rows(path: str) -> List[dict]:
         r.setdefault("command", doc.get("command"))
         r.setdefault("results_file", shown_path(path))
         r.setdefault("fingerprint", doc.get("fingerprint"))
+        if (doc.get("config") or {}).get("complete") is False:
+            r["incomplete"] = True   # a benchmark stopped before its last thread count
         out.append(r)
     return out
 
@@ -200,6 +202,10 @@ def markdown(rows: Sequence[dict], title: str = "Compression report", threads: O
              plot_file: Optional[str] = None) -> str:
     view = variants(rows, threads)
     lines = [f"# {title}", ""]
+    stopped = sorted({r.get("results_file") or "?" for r in rows if r.get("incomplete")})
+    if stopped:
+        lines += ["Incomplete: " + ", ".join(f"`{f}`" for f in stopped) + " stopped before every thread "
+                  "count was measured; what it finished is shown.", ""]
     stage_rows = [r for r in rows if (r.get("extra") or {}).get("stage")]
     if stage_rows:
         lines += ["## Stages", "",

@@ -111,20 +111,34 @@ def run_benchmark(models: Sequence[str] = (), teacher: Optional[str] = None,
     task_spec = dev.task if dev is not None and task is None else _task_for(_model_folder(first), task)[0]
     if dev is None:
         dev = load_split(task_spec, "dev", data_dir=data_dir)
-    rows = benchmark(specs, task_spec, dev, config, log=log)
+    info = fingerprint(device)
+    settings = {"sentences": config.sentences, "threads": config.threads, "batch_sizes": config.batch_sizes,
+                "throughput_batches": config.throughput_batches, "device": device, "data": dev.source,
+                "dev_examples": len(dev), "interleaved": True, "timing": timing_policy(config)}
+
+    def save(rows: List[dict], complete: bool) -> None:
+        # written after every thread count too: a run stopped midway keeps what it finished,
+        # marked incomplete (config.complete false) until the last thread count is in
+        if out:
+            write_results(out, _with_retention(rows), command=command, fingerprint_info=info,
+                          config={**settings, "complete": complete})
+
+    rows = benchmark(specs, task_spec, dev, config, log=log,
+                     on_rows=(lambda partial: save(partial, False)) if out else None)
+    rows = _with_retention(rows)
+    save(rows, True)
+    return {"rows": rows, "fingerprint": info, "config": {**settings, "complete": True}}
+
+
+def _with_retention(rows: List[dict]) -> List[dict]:
+    """Each row's teacher value (the teacher's own score) and retention against it."""
     teacher_rows = [r for r in rows if r["extra"].get("group") == "teacher" and r["value"] is not None]
     teacher_value = teacher_rows[0]["value"] if teacher_rows else None
     for r in rows:
         r["teacher_value"] = teacher_value
         r["retention"] = round(r["value"] / teacher_value, 4) if teacher_value and r["value"] is not None \
             else None
-    doc = {"rows": rows, "fingerprint": fingerprint(device), "config": {
-        "sentences": config.sentences, "threads": config.threads, "batch_sizes": config.batch_sizes,
-        "throughput_batches": config.throughput_batches, "device": device, "data": dev.source,
-        "dev_examples": len(dev), "interleaved": True, "timing": timing_policy(config)}}
-    if out:
-        write_results(out, rows, command=command, fingerprint_info=doc["fingerprint"], config=doc["config"])
-    return doc
+    return rows
 
 
 def _first(*values):

@@ -95,6 +95,41 @@ def test_run_benchmark_measures_every_variant(teacher, dev, tmp_path):
     assert fp["cores"] and "cpu_flags" in fp and fp["versions"]["onnxruntime"] and fp["cpu_preset"]
 
 
+def test_a_stopped_benchmark_keeps_the_thread_counts_it_finished(teacher, dev, tmp_path, monkeypatch):
+    from compressor.bench import harness
+    from compressor.bench.harness import BenchConfig
+    from compressor.bench.report import collect, markdown
+    from compressor.bench.suite import run_benchmark
+
+    timed = harness.rounds_latency
+    calls = []
+
+    def stop_at_the_second(*args, **kwargs):   # as a user's Ctrl-C or a time limit would
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return timed(*args, **kwargs)
+
+    monkeypatch.setattr(harness, "rounds_latency", stop_at_the_second)
+    out = str(tmp_path / "results.json")
+    config = BenchConfig(sentences=4, warmup=1, threads=[1, 2], batch_sizes=[], memory=False)
+    with pytest.raises(KeyboardInterrupt):
+        run_benchmark([], teacher=teacher, peers=[], config=config, dev=dev, out=out, command="test",
+                      log=lambda m: None)
+    saved = read_results(out)
+    assert saved["config"]["complete"] is False
+    assert [(r["name"], r["threads"]) for r in saved["rows"]] == [("teacher", 1)]
+    row = saved["rows"][0]
+    assert row["value"] is not None and row["retention"] == 1.0 and row["latency_ms"]["p50"] > 0
+    assert "Incomplete:" in markdown(collect([out]))
+    monkeypatch.setattr(harness, "rounds_latency", timed)
+    run_benchmark([], teacher=teacher, peers=[], config=config, dev=dev, out=out, command="test",
+                  log=lambda m: None)
+    saved = read_results(out)
+    assert saved["config"]["complete"] is True and {r["threads"] for r in saved["rows"]} == {1, 2}
+    assert "Incomplete:" not in markdown(collect([out]))
+
+
 def saved_timing(path):
     return read_results(path)["config"]["timing"]
 

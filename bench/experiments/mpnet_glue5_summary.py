@@ -9,8 +9,11 @@ all five tasks are there. Writes ``summary.json`` (compressor.results) and ``sum
 students); ``pipeline/`` is ``PHASE=pipeline`` (teachers again, kd students, Theseus, the
 chain, INT8), cut off by the call's time limit before STS-B's, MRPC's and CoLA's chains and
 SST-2 (not run there) finished. The SST-2 kd student of 2 epochs is the earlier session's
-(``bench/results/mpnet-glue5-h100/``), against its own teacher. Dev is scored once per run,
-at the end; nothing is chosen on dev.
+(``bench/results/mpnet-glue5-h100/``), against its own teacher. ``pipeline3/`` is the pipeline
+once more on two machines of one session, with Theseus left out: CoLA, MRPC and RTE on an H100
+(the machine's own transformers 5.17), SST-2 and STS-B on an H200 (the pinned stack, carried as
+wheels), each task's chain against the teacher of its own run: the first GLUE-5 of the chain.
+Dev is scored once per run, at the end; nothing is chosen on dev.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ MODELS = (  # (suffix, label)
 RUNS = (  # (label, folder under the results root, the models each task may have)
     ("students", "students", MODELS),
     ("pipeline", "pipeline", MODELS),
+    ("pipeline3", "pipeline3", MODELS),
     ("earlier session", os.path.join("..", "mpnet-glue5-h100"), (("6L", MODELS[0][1] + ", 2-5 epochs"),)),
 )
 
@@ -58,13 +62,14 @@ def collect(root: str) -> list:
                                     "score": round(m["score"], 2), "teacher": t,
                                     "retention": round(m["score"] / teacher["score"], 4),
                                     "parameters": m.get("parameters")})
-            q = _load(os.path.join(folder, f"{task}-int8-quantize.json"))
-            if q is not None:
-                entries.append({"run": where, "task": task, "model": "teacher-int8",
-                                "label": "teacher, fused ONNX dynamic INT8 (avx512_vnni), scored on the "
-                                         "GPU machine's CPU", "score": round(q["score"], 2), "teacher": t,
-                                "retention": round(q["score"] / teacher["score"], 4),
-                                "parameters": q.get("parameters")})
+            for model, what in (("teacher-int8", "teacher"), ("chain-int8", "chain")):
+                q = _load(os.path.join(folder, f"{task}-{model}-quantize.json".replace("teacher-", "")))
+                if q is not None:
+                    entries.append({"run": where, "task": task, "model": model,
+                                    "label": f"{what}, fused ONNX dynamic INT8 (avx512_vnni), scored on the "
+                                             "GPU machine's CPU", "score": round(q["score"], 2), "teacher": t,
+                                    "retention": round(q["score"] / teacher["score"], 4),
+                                    "parameters": q.get("parameters")})
     return entries
 
 
@@ -96,10 +101,12 @@ def main(root: str) -> dict:
         kd5["retention"] = round(kd5["glue5"] / kd5["teacher_glue5"], 4)
         kd5["note"] = "retention per task against its own run's teacher; SST-2 from the earlier session"
     summary = {"teachers_students_run": glue5(entries, "students", "teacher"),
-               "kd_6L_students": kd5, "pkd_6L_students_run": glue5(entries, "students", "6L-pkd")}
+               "kd_6L_students": kd5, "pkd_6L_students_run": glue5(entries, "students", "6L-pkd"),
+               **{f"pipeline3_{m}": glue5(entries, "pipeline3", m)
+                  for m in ("teacher", "6L-kd", "chain-hf", "chain", "chain-int8", "teacher-int8")}}
     out = os.path.join(root, "summary.json")
     write_results(out, rows, command="python -m bench.experiments.mpnet_glue5_summary bench/results/mpnet-glue5",
-                  fingerprint_info={"machine": "one NVIDIA H100 (device tool), bf16 autocast"},
+                  fingerprint_info={"machine": "one NVIDIA H100 or H200 (device tool; pipeline3 says which per task), bf16 autocast"},
                   what="MPNet-base GLUE-5: teachers, 6-layer students, Theseus and the chain (accuracy)",
                   glue5=summary)
     lines = ["| task | run | model | dev score | teacher | retention | parameters |", "|---|---|---|---:|---:|---:|---:|"]
