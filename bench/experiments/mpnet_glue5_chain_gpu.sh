@@ -18,6 +18,14 @@
 #   PHASE=chain bash bench/experiments/mpnet_glue5_chain_gpu.sh GLUE_DIR OUT_DIR
 #   MPNET=BASE_FOLDER PHASE=pipeline TASKS="cola mrpc stsb rte" bash ... (everything in one call:
 #     the machine does not keep files between calls unless the next comes within 30 s)
+#   PHASE=bench TASKS=...: on a machine that kept the pipeline's models, `compressor bench` of the
+#     GPU (teacher, kd student and chain, FP32 and BF16, batch 1 and 256), then of the server
+#     CPU (the teacher, its INT8, the chain INT8 and the student beside the peers made from the
+#     same teacher: PyTorch dynamic INT8, optimum O2 and O2 + INT8, INC; all cores, then 1 thread)
+#   PHASE=collect: only the tar of what exists (after a call cut off by its time limit).
+# Steps a warm machine finished are skipped, so a later call resumes an earlier one. OUT_DIR
+# must outlive the call: not the device tool's $OUT (emptied before each call); tar OUT_DIR
+# into $OUT at the end of each call.
 # LIMITS="--train-limit 64 --dev-limit 32" QLIMITS="--dev-limit 32" DEVICE=cpu TASKS="rte" make a dry run.
 set -euo pipefail
 GLUE=$1; OUT=$2
