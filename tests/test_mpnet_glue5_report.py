@@ -1,5 +1,7 @@
 """The headline's GLUE-5 report on planted results: GLUE-5 means, speed-ups, the targets' verdicts,
-the Pareto marks, edge scores taken from the server bench, missing tasks said, output stable."""
+the Pareto marks, edge scores taken from the server bench (else from pipeline3/ for the same model
+only, each score's source recorded), the pipeline's GLUE-5 table and the targets checked on it,
+speed targets without scores, missing tasks said, output stable."""
 import json
 import os
 
@@ -21,10 +23,11 @@ FP = {"processor": "Planted Xeon", "cores": 16, "cpu_flags": ["avx512_vnni"], "c
 
 
 def _row(name, task, group, engine, precision, value, size, threads, p50=None, throughput=None, batch=1,
-         device="cpu"):
+         device="cpu", parameters=None):
     measured = {"latency_ms": {"p50": p50, "p90": p50 * 1.5, "p99": p50 * 2, "mean": p50 * 1.1}} if p50 \
         else {"throughput": throughput}
-    return row(name, task, "score", value, TEACHER[task] if value is not None else None, parameters=size // 4,
+    return row(name, task, "score", value, TEACHER[task] if value is not None else None,
+               parameters=parameters or size // 4,
                size_bytes=size, engine=engine, device=device, threads=threads, batch_size=batch,
                extra={"group": group, "precision": precision}, **measured)
 
@@ -50,15 +53,45 @@ def _gpu(task):
     return rows
 
 
+# the edge's shape copies: name: (group, precision, p50 at 1 thread, at 2 threads, size, parameters)
+EDGE = {"teacher": ("teacher", "fp32", 120.0, 80.0, 400_000_000, 100_000_000),
+        "teacher-int8": ("ours", "int8-dynamic", 35.0, 25.0, 110_000_000, 100_000_000),
+        "chain-int8": ("ours", "int8-dynamic", 10.0, 8.0, 30_000_000, 7_500_000),
+        "student6-int8": ("ours", "int8-dynamic", 15.0, 12.0, 60_000_000, 60_000_000),
+        "ort-o2-int8": ("peer", "int8-dynamic", 30.0, 24.0, 110_000_000, 100_000_000)}
+CHAIN_SHAPE = {"heads": [6] * 6, "ffn": [1500] * 6, "vocab": 9000}
+
+
 def _edge(task):
     rows = []
-    for name, group, precision, p1, p2 in (("teacher", "teacher", "fp32", 120.0, 80.0),
-                                           ("chain-int8", "ours", "int8-dynamic", 10.0, 8.0),
-                                           ("student6-int8", "ours", "int8-dynamic", 15.0, 12.0),
-                                           ("ort-o2-int8", "peer", "int8-dynamic", 30.0, 24.0)):
+    for name, (group, precision, p1, p2, size, params) in EDGE.items():
         for threads, p50 in ((1, p1), (2, p2)):
-            rows.append(_row(name, task, group, "onnxruntime", precision, None, 1_000_000, threads, p50=p50))
+            rows.append(_row(name, task, group, "onnxruntime", precision, None, size, threads, p50=p50,
+                             parameters=params))
     return rows
+
+
+def _plant_pipeline(root, chain_int8=("stsb", "cola"), chain=-1.5):
+    """pipeline3/: every task's teacher (the server's scores), 6L-kd (-2), chain-hf (-1) and chain
+    (``chain`` points below the teacher); the teacher's INT8 on rte, sst2, stsb (-0.3); the chain's
+    INT8 on ``chain_int8`` (0.1 below the FP32 chain)."""
+    pipe = root / "pipeline3"
+    pipe.mkdir(parents=True, exist_ok=True)
+    for t, score in TEACHER.items():
+        files = {f"{t}-metrics.json": (score, 100_000_000, {}),
+                 f"{t}-6L-kd-metrics.json": (score - 2, 60_000_000, {}),
+                 f"{t}-chain-hf-metrics.json": (score - 1, 40_000_000,
+                                                {"heads_after": CHAIN_SHAPE["heads"], "ffn_after": CHAIN_SHAPE["ffn"]}),
+                 f"{t}-chain-metrics.json": (score + chain, 7_500_000, {"pieces_after": CHAIN_SHAPE["vocab"]})}
+        if t in ("rte", "sst2", "stsb"):
+            files[f"{t}-int8-quantize.json"] = (score - 0.3, 100_000_000, None)
+        if t in chain_int8:
+            files[f"{t}-chain-int8-quantize.json"] = (score + chain - 0.1, 7_500_000, None)
+        for name, (value, params, pruning) in files.items():
+            doc = {"task": t, "split": "dev", "score": value, "parameters": params}
+            if pruning is not None:
+                doc["pruning"] = pruning
+            (pipe / name).write_text(json.dumps(doc))
 
 
 @pytest.fixture
@@ -159,3 +192,118 @@ def test_the_same_inputs_give_the_same_report_json(folder):
     report.main([str(folder)])
     assert open(folder / "report.json", "rb").read() == first
     assert not [f for f in os.listdir(folder) if f.startswith(".tmp")]
+
+
+@pytest.fixture
+def edge_folder(folder):
+    """Edge latency files for all five tasks (CoLA's chain copy has other heads than pipeline3's chain),
+    pipeline3/, and the server CPU bench of RTE only."""
+    for task in TEACHER:
+        shapes = {"chain": {**CHAIN_SHAPE, "heads": [5] * 6} if task == "cola" else CHAIN_SHAPE}
+        write_results(str(folder / f"latency-{task}-cpu.json"), _edge(task), command=f"latency {task}",
+                      fingerprint_info={**FP, "cores": 2}, shapes=shapes)
+        if task != "rte":
+            os.remove(folder / "server" / f"bench-{task}-cpu.json")
+    _plant_pipeline(folder)
+    return folder
+
+
+def test_edge_scores_fall_back_to_the_same_models_pipeline_scores(edge_folder, tmp_path):
+    _, rep, md = _run(edge_folder, tmp_path / "out")
+    edge = {t: {ln["label"]: ln for ln in lines} for t, lines in _machine(rep, "edge-cpu-1t")["tasks"].items()}
+    # the server bench comes first where it exists (rte); else pipeline3's file of the same model
+    assert edge["rte"]["teacher"]["score_from"] == "server/bench-rte-cpu.json"
+    assert edge["rte"]["chain-int8"]["value"] == TEACHER["rte"] - 0.5
+    assert edge["sst2"]["teacher"]["value"] == TEACHER["sst2"]
+    assert edge["sst2"]["teacher"]["score_from"] == "pipeline3/sst2-metrics.json"
+    assert edge["sst2"]["teacher-int8"]["value"] == pytest.approx(TEACHER["sst2"] - 0.3)
+    assert edge["sst2"]["teacher-int8"]["score_from"] == "pipeline3/sst2-int8-quantize.json"
+    assert edge["stsb"]["chain-int8"]["value"] == pytest.approx(TEACHER["stsb"] - 1.6)
+    assert edge["stsb"]["chain-int8"]["score_from"] == "pipeline3/stsb-chain-int8-quantize.json"
+    assert edge["stsb"]["chain-int8"]["retention"] == pytest.approx((TEACHER["stsb"] - 1.6) / TEACHER["stsb"])
+    # no quantize file: no score, never the FP32 chain's (nor the FP32 teacher's for teacher-int8)
+    for task in ("sst2", "mrpc"):
+        ln = edge[task]["chain-int8"]
+        assert ln["value"] is None and ln["score_from"] is None
+        assert f"no `pipeline3/{task}-chain-int8-quantize.json`" in ln["score_note"]
+    assert edge["mrpc"]["teacher-int8"]["value"] is None
+    assert "no `pipeline3/mrpc-int8-quantize.json`" in edge["mrpc"]["teacher-int8"]["score_note"]
+    # a quantize file of a chain with other heads than the timed copy: another model, no score
+    assert edge["cola"]["chain-int8"]["value"] is None and "another model" in edge["cola"]["chain-int8"]["score_note"]
+    # peers and the INT8 student: the server bench only
+    assert edge["sst2"]["ort-o2-int8"]["value"] is None and "peer" in edge["sst2"]["ort-o2-int8"]["score_note"]
+    assert edge["sst2"]["student6-int8"]["value"] is None
+    assert "| teacher-int8 | ours | onnxruntime | int8-dynamic | 93.70 | `pipeline3/sst2-int8-quantize.json` |" in md
+
+    # GLUE-5 on the edge: the teacher scored on all five, the chain on rte and stsb only
+    g5 = {ln["label"]: ln for ln in _machine(rep, "edge-cpu-1t")["glue5"]["lines"]}
+    mean = sum(TEACHER.values()) / 5
+    assert g5["teacher"]["value"] == pytest.approx(mean)
+    assert g5["chain-int8"]["value"] is None and g5["chain-int8"]["unscored_tasks"] == ["sst2", "mrpc", "cola"]
+
+    # speed targets need no score: computed from the five tasks' latency and sizes
+    verdict = {(t["machine_key"], t["id"]): t for t in rep["targets"]}
+    assert verdict["edge-cpu-1t", "a"]["verdict"] == "not computed"
+    assert "sst2, mrpc, cola" in verdict["edge-cpu-1t", "a"]["figures"]
+    assert verdict["edge-cpu-1t", "b"]["value"] == pytest.approx(12.0)           # 120 / 10
+    assert verdict["edge-cpu-1t", "b"]["verdict"] == "not met"
+    assert verdict["edge-cpu-2t", "b"]["value"] == pytest.approx(10.0)           # 80 / 8
+    assert verdict["edge-cpu-1t", "c"]["value"] == pytest.approx(3.0)            # ort-o2-int8 30 / 10
+    assert verdict["edge-cpu-1t", "c"]["verdict"] == "met"
+    assert verdict["edge-cpu-1t", "c'"]["verdict"] == "not computed"
+    assert verdict["edge-cpu-1t", "d"]["value"] == pytest.approx(400 / 30)
+    assert verdict["edge-cpu-1t", "d"]["verdict"] == "met"
+    assert verdict["edge-cpu-1t", "e"]["verdict"] == "not computed"
+    assert "| (b) p50 batch-1 speed-up of chain-int8 vs teacher PyTorch FP32 >= 15.0× | edge CPU, 1 thread " \
+           "| teacher 120.00 ms / chain-int8 10.00 ms = 12.0× | **not met** |" in md
+
+    # the plot: the edge at 1 thread where the server has no scored point; unscored points counted
+    panels = {p["name"]: p for p in rep["plot"]}
+    assert panels["rte"]["machine"] == "server CPU, 1 thread" and panels["sst2"]["machine"] == "edge CPU, 1 thread"
+    assert panels["stsb"]["drawn"] == 3 and sorted(panels["stsb"]["left_out"]) == ["ort-o2-int8", "student6-int8"]
+    assert panels["GLUE-5"]["machine"] == "edge CPU, 1 thread" and panels["GLUE-5"]["drawn"] == 1
+
+
+def test_the_pipeline_glue5_table_and_targets_a_and_e_on_it(edge_folder, tmp_path):
+    _, rep, md = _run(edge_folder, tmp_path / "out")
+    rows = {r["model"]: r for r in rep["pipeline"]}
+    mean = sum(TEACHER.values()) / 5
+    assert rows["teacher"]["glue5"] == pytest.approx(mean)
+    assert rows["chain"]["glue5"] == pytest.approx(mean - 1.5)
+    assert rows["chain"]["retention"] == pytest.approx((mean - 1.5) / mean, abs=1e-6)
+    assert rows["6L-kd"]["retention"] == pytest.approx((mean - 2) / mean, abs=1e-6)
+    assert rows["chain"]["retention_tasks"]["cola"] == pytest.approx((55.0 - 1.5) / 55.0, abs=1e-6)
+    assert rows["teacher-int8"]["glue5"] is None and rows["teacher-int8"]["missing_tasks"] == ["mrpc", "cola"]
+    assert rows["chain-int8"]["missing_tasks"] == ["sst2", "mrpc", "rte"]
+    # (a): no INT8 chain on all five tasks, so the FP32 chain's figure, labelled, below 99%: not met
+    verdict = {(t["machine_key"], t["id"]): t for t in rep["targets"]}
+    a, e = verdict["pipeline3", "a"], verdict["pipeline3", "e"]
+    assert a["verdict"] == "not met" and a["value_of"] == "chain (FP32)"
+    assert a["value"] == pytest.approx((mean - 1.5) / mean, abs=1e-6)
+    assert "the chain in FP32 (its INT8 score is known for stsb, cola only)" in a["figures"]
+    assert "not computed" in a["figures"]
+    assert e["verdict"] == "not met" and e["value"] == pytest.approx((mean - 2) / mean, abs=1e-6)
+    # the table right after the Targets section
+    assert md.index("## Targets") < md.index("## GLUE-5 of the pipeline's models (dev scores, no latency)") \
+        < md.index("![latency versus score]")
+    assert "| chain-int8 | the chain, the toolkit's fused INT8 ONNX | - | - | 87.40 (98.20%) |" in md
+
+
+def test_target_a_on_the_int8_chain_when_all_five_are_scored(folder, tmp_path):
+    for f in ("bench-sst2-cpu.json", "bench-cola-cpu.json"):
+        os.remove(folder / "server" / f)   # no machine has five tasks: (a) only from pipeline3
+    _plant_pipeline(folder, chain_int8=tuple(TEACHER), chain=-0.2)
+    _, rep, _ = _run(folder, tmp_path / "out")
+    a = next(t for t in rep["targets"] if (t["machine_key"], t["id"]) == ("pipeline3", "a"))
+    mean = sum(TEACHER.values()) / 5
+    assert a["value_of"] == "chain-int8" and a["value"] == pytest.approx((mean - 0.3) / mean, abs=1e-6)
+    assert a["verdict"] == "met"
+
+
+def test_an_fp32_chain_above_the_target_leaves_a_not_computed(folder, tmp_path):
+    os.remove(folder / "server" / "bench-cola-cpu.json")
+    _plant_pipeline(folder, chain_int8=("stsb",), chain=-0.2)
+    _, rep, _ = _run(folder, tmp_path / "out")
+    a = next(t for t in rep["targets"] if (t["machine_key"], t["id"]) == ("pipeline3", "a"))
+    assert a["value_of"] == "chain (FP32)" and a["value"] > 0.99 and a["verdict"] == "not computed"
+

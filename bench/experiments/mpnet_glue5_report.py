@@ -14,9 +14,30 @@ computes nothing in their place):
 - ``latency-{task}-cpu.json``: the 2-core machine (the edge CPU), 1 and 2 threads, timed on
   randomly initialised copies with the trained models' exact shapes
   (``bench/experiments/mpnet_glue5_latency.py``): their ``value`` is null, and each variant's score
-  is the trained model's from the server bench of the same task (``EDGE_NAMES`` says which);
+  is the trained model's from the server bench of the same task (``EDGE_NAMES`` says which); where
+  the server bench has none, the same model's from ``pipeline3/`` (``EDGE_PIPELINE``: ``teacher`` <-
+  ``{task}-metrics.json``, ``teacher-int8`` <- ``{task}-int8-quantize.json``, ``chain-int8`` <-
+  ``{task}-chain-int8-quantize.json``, each only where its parameter count, and for the chain its
+  heads, FFN widths and vocabulary, match the timed copy). Nothing else falls back: a peer, or a
+  model whose own file is missing, stays unscored, never taking another model's score (the FP32
+  chain's for ``chain-int8``, say). Every line records where its score came from (``score_from``);
+- ``pipeline3/{task}-metrics.json``, ``-6L-kd-metrics.json``, ``-chain-hf-metrics.json``,
+  ``-chain-metrics.json``, ``-int8-quantize.json``, ``-chain-int8-quantize.json``: the GPU pipeline's
+  dev scores (``score``, points) of the teacher, the 6-layer kd student, the chain's steps in PyTorch
+  FP32 and the teacher and chain as fused INT8 ONNX; their own table ("GLUE-5 of the pipeline's
+  models", no latency: per task, GLUE-5 where all five are there, retention against the teachers),
+  from which targets (a) and (e) are checked when no CPU machine can (``pipeline_targets``: (a) on
+  the INT8 chain's GLUE-5, or without it on the FP32 chain's, so labelled, "not met" only where even
+  that is below the target);
 - ``summary.json`` (``bench/experiments/mpnet_glue5_summary.py``): dev scores of the other runs;
-- ``server/commands-*.txt`` and ``latency-commands.sh``: the commands, for "how to rerun".
+- ``server/commands-*.txt``, ``pipeline3/commands-*.txt`` and ``latency-commands.sh``: the
+  commands, for "how to rerun".
+
+Targets (b), (c) and (d) need latency and sizes only: a CPU machine with all five tasks timed gets
+them even when its GLUE-5 scores are missing ((a), (c') and (e) then are not computed there). The
+plot takes each panel from the server CPU at 1 thread where it has scored points, else from the
+edge CPU at 1 thread (with the fallback scores); a timed variant without a score is not drawn, and
+the panel says how many were left out.
 
 Writes into ``--out`` (default: the results folder), each file to a temporary name beside it and
 renamed into place: ``report.md``, ``report.html`` (self-contained), ``report.png`` (latency versus
@@ -28,6 +49,7 @@ import argparse
 import base64
 import glob
 import html
+import json
 import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -49,6 +71,22 @@ TARGETS = {"retention": 0.99, "speedup": 15.0, "peer": 2.5, "size": 10.0, "stude
 EDGE_NAMES = {"teacher": "teacher", "teacher-int8": "teacher-int8", "chain-int8": "chain-int8",
               "pytorch-int8": "pytorch-int8", "ort-o2": "ort-o2", "ort-o2-int8": "ort-o2-int8",
               "inc-int8": "inc-int8", "student6-int8": None}
+# the GPU pipeline's dev scores (no latency): (model, file under ``pipeline3/``, what it is)
+PIPELINE = "pipeline3"
+PIPELINE_MODELS = (
+    ("teacher", "{task}-metrics.json", "the teacher, PyTorch FP32"),
+    ("6L-kd", "{task}-6L-kd-metrics.json", "the 6-layer kd student, PyTorch FP32"),
+    ("chain-hf", "{task}-chain-hf-metrics.json", "the chain's heads+FFN step, PyTorch FP32"),
+    ("chain", "{task}-chain-metrics.json", "the chain (heads+FFN, vocabulary), PyTorch FP32"),
+    ("teacher-int8", "{task}-int8-quantize.json", "the teacher, the toolkit's fused INT8 ONNX"),
+    ("chain-int8", "{task}-chain-int8-quantize.json", "the chain, the toolkit's fused INT8 ONNX"),
+)
+PIPELINE_STUDENT = "6L-kd"
+# the edge variant -> (the pipeline3 model of the same weights and precision, that precision): the
+# score it takes when the server bench has none. Nothing else falls back: a peer, or a model whose
+# own score is missing, stays unscored (never another model's score in its place).
+EDGE_PIPELINE = {"teacher": ("teacher", "fp32"), "teacher-int8": ("teacher-int8", "int8-dynamic"),
+                 "chain-int8": ("chain-int8", "int8-dynamic")}
 SOURCES = (  # (source, file under the results folder, what it is)
     ("server-cpu", os.path.join("server", "bench-{task}-cpu.json"), "server CPU"),
     ("edge-cpu", "latency-{task}-cpu.json", "edge CPU"),
@@ -83,6 +121,44 @@ def load(folder: str) -> Tuple[Dict[str, Dict[str, dict]], Optional[dict], List[
     if summary is None:
         missing.append(problem or "other systems: no `summary.json`")
     return docs, summary, missing
+
+
+def load_pipeline(folder: str) -> Tuple[Dict[str, Dict[str, dict]], List[str]]:
+    """``pipeline3/``'s dev scores: by model and task, each entry's score, parameters, size, file
+    and (the chain's files) the shape; and what is missing or unreadable."""
+    root = os.path.join(folder, PIPELINE)
+    if not os.path.isdir(root):
+        return {}, [f"pipeline dev scores: no `{PIPELINE}/` folder"]
+    out: Dict[str, Dict[str, dict]] = {}
+    missing: List[str] = []
+    for model, pattern, what in PIPELINE_MODELS:
+        out[model] = {}
+        absent = []
+        for task in TASKS:
+            name = pattern.format(task=task)
+            path = os.path.join(root, name)
+            if not os.path.isfile(path):
+                absent.append(task)
+                continue
+            try:
+                with open(path) as f:
+                    doc = json.load(f)
+                score = doc.get("score")
+                if not isinstance(score, (int, float)) or isinstance(score, bool):
+                    raise ValueError("no numeric `score`")
+            except (OSError, ValueError, AttributeError) as exc:
+                missing.append(f"`{PIPELINE}/{name}` unreadable: {exc}")
+                continue
+            pruning = doc.get("pruning") or {}
+            shape = {"heads": pruning.get("heads_after"), "ffn": pruning.get("ffn_after"),
+                     "vocab": pruning.get("pieces_after")}
+            out[model][task] = {"score": float(score), "parameters": doc.get("parameters"),
+                                "size_bytes": doc.get("size_bytes"), "file": f"{PIPELINE}/{name}",
+                                "shape": {k: v for k, v in shape.items() if v is not None}}
+        if absent:
+            missing.append(f"pipeline dev scores ({what}): no `{PIPELINE}/{pattern}` for "
+                           f"{'any task' if len(absent) == len(TASKS) else ', '.join(absent)}")
+    return out, missing
 
 
 def _read(path: str) -> Tuple[Optional[dict], Optional[str]]:
@@ -124,9 +200,13 @@ def variant_key(r: dict) -> Key:
     return name, precision
 
 
-def task_lines(doc: dict, machine: dict, server: Optional[dict] = None) -> List[dict]:
-    """One line per variant of one task on one machine; an edge line takes its score from ``server``
-    (the server bench of the same task, None if there is none)."""
+def task_lines(doc: dict, machine: dict, server: Optional[dict] = None,
+               pipeline: Optional[Dict[str, Dict[str, dict]]] = None, task: Optional[str] = None) -> List[dict]:
+    """One line per variant of one task on one machine, each with where its score came from
+    (``score_from``, a file under the results folder). An edge line takes its score from ``server``
+    (the server bench of the same task, None if there is none), else from ``pipeline`` (the
+    pipeline3 file of the same model, ``EDGE_PIPELINE``), else has none (``score_note`` says why)."""
+    task = task or next((r.get("task") for r in doc["rows"] if r.get("task")), None)
     rows = [r for r in doc["rows"] if machine["threads"] is None or r.get("threads") == machine["threads"]]
     lines: Dict[Key, dict] = {}
     for r in rows:
@@ -139,19 +219,66 @@ def task_lines(doc: dict, machine: dict, server: Optional[dict] = None) -> List[
             line["p50"], line["p90"] = r["latency_ms"]["p50"], r["latency_ms"].get("p90")
         elif r.get("throughput"):
             line["throughput"].append([r["batch_size"], r["throughput"]])
+    own = next(pattern for source, pattern, _ in SOURCES if source == machine["source"])
     for line in lines.values():
         line["throughput"].sort()
         if machine["source"] == "edge-cpu":
-            _score_from_server(line, server)
+            _edge_score(line, task, server, pipeline, (doc.get("shapes") or {}).get("chain"))
+        else:
+            line["score_src"] = own if line["value"] is not None else None
+            line["score_from"] = own.format(task=task) if line["value"] is not None else None
     return _finish(list(lines.values()))
 
 
-def _score_from_server(line: dict, server: Optional[dict]) -> None:
+def _edge_score(line: dict, task: Optional[str], server: Optional[dict],
+                pipeline: Optional[Dict[str, Dict[str, dict]]], chain_shape: Optional[dict]) -> None:
+    """An edge line's score: the server bench's, else the pipeline3 file of the same model; else None."""
+    _score_from_server(line, server, task)
+    if line["value"] is not None:
+        return
+    model, precision = EDGE_PIPELINE.get(line["name"], (None, None))
+    if model is None or precision != line["precision"]:
+        if line["group"] == "peer":
+            line["score_note"] += "; a peer is scored by the server bench only"
+        return   # a peer, or a model pipeline3 does not score: the server bench's note stands
+    pattern = f"{PIPELINE}/" + dict((m, f) for m, f, _ in PIPELINE_MODELS)[model]
+    entry = (pipeline or {}).get(model, {}).get(task)
+    why = None
+    if entry is None:
+        why = f"no `{pattern.format(task=task)}`"
+    elif entry["parameters"] and line["parameters"] and entry["parameters"] != line["parameters"]:
+        why = (f"`{entry['file']}` has {entry['parameters']:,} parameters, this copy "
+               f"{line['parameters']:,}: another model")
+    elif model == CHAIN:
+        theirs = _pipeline_chain_shape(pipeline or {}, task)
+        differ = [k for k in ("heads", "ffn", "vocab")
+                  if k in theirs and (chain_shape or {}).get(k) is not None and theirs[k] != chain_shape[k]]
+        if differ:
+            why = f"pipeline3's chain has other {'/'.join(differ)} than this copy: another model"
+    if why:
+        line["score_note"] += f"; {why}"
+        return
+    line["value"], line["score_src"], line["score_from"] = entry["score"], pattern, entry["file"]
+    line.pop("score_note", None)
+
+
+def _pipeline_chain_shape(pipeline: Dict[str, Dict[str, dict]], task: Optional[str]) -> dict:
+    """The heads and FFN widths (the heads+FFN step's file) and vocabulary (the chain's) of pipeline3's chain."""
+    shape = dict((pipeline.get("chain-hf", {}).get(task) or {}).get("shape") or {})
+    vocab = ((pipeline.get("chain", {}).get(task) or {}).get("shape") or {}).get("vocab")
+    shape.pop("vocab", None)
+    if vocab is not None:
+        shape["vocab"] = vocab
+    return shape
+
+
+def _score_from_server(line: dict, server: Optional[dict], task: Optional[str] = None) -> None:
     """An edge line's score: the server row of the same weights (``EDGE_NAMES``), else None and why."""
     source = EDGE_NAMES.get(line["name"], "unmapped")
-    line["value"], line["score_from"] = None, None
+    line["value"], line["score_from"], line["score_src"] = None, None, None
+    bench = next(pattern for s, pattern, _ in SOURCES if s == "server-cpu")
     if source is None:
-        line["score_note"] = "no scored model of this shape and precision (EDGE_NAMES)"
+        line["score_note"] = "no scored model of this shape and precision: EDGE_NAMES maps it to none"
     elif source == "unmapped":
         line["score_note"] = "name not in EDGE_NAMES"
     elif server is None:
@@ -159,7 +286,8 @@ def _score_from_server(line: dict, server: Optional[dict]) -> None:
     else:
         match = [r for r in server["rows"] if r["name"] == source and variant_key(r)[1] == line["precision"]]
         if match and match[0].get("value") is not None:
-            line["value"], line["score_from"] = match[0]["value"], source
+            line["value"], line["score_src"] = match[0]["value"], bench
+            line["score_from"] = bench.format(task=task or match[0].get("task"))
         else:
             line["score_note"] = f"no scored `{source}` ({line['precision']}) in the server bench"
 
@@ -212,12 +340,20 @@ def glue5(per_task: Dict[str, List[dict]]) -> dict:
         batches = {tuple(b for b, _ in ln["throughput"]) for ln in per}
         tput = [[b, _mean([dict(ln["throughput"])[b] for ln in per])] for b in next(iter(batches))] \
             if len(batches) == 1 else []
+        unscored = [t for t in TASKS if got[t]["value"] is None]
+        srcs = "; ".join(sorted({got[t].get("score_src") for t in TASKS if got[t].get("score_src")}))
+        reasons = {(got[t].get("score_note") or "").replace(f"/{t}-", "/{task}-") for t in unscored}
+        note = f"no score on {', '.join(unscored)}" if len(unscored) < len(TASKS) else "no score on any task"
+        if len(reasons) == 1 and "" not in reasons:
+            note += f" ({reasons.pop()})"
         lines.append({"name": name, "precision": precision, "group": per[0]["group"], "engine": per[0]["engine"],
                       "value": _mean([ln["value"] for ln in per]), "p50": _mean([ln["p50"] for ln in per]),
                       "p90": _mean([ln["p90"] for ln in per]), "throughput": tput,
                       "size_bytes": _mean([ln["size_bytes"] for ln in per]),
                       "parameters": _mean([ln["parameters"] for ln in per]),
-                      "tasks": {t: got[t]["value"] for t in TASKS}})
+                      "tasks": {t: got[t]["value"] for t in TASKS},
+                      "score_from": srcs or None, "scored_tasks": [t for t in TASKS if t not in unscored],
+                      **({"score_note": note, "unscored_tasks": unscored} if unscored else {})})
     return {"missing_tasks": [], "lines": _finish(lines), "partial": partial}
 
 
@@ -227,16 +363,16 @@ def targets(machine: dict, g5: dict) -> List[dict]:
     """The issue's targets on one CPU machine, each met, not met or not computed (and why)."""
     teacher, chain, student = (_find(g5["lines"], *TEACHER), _find(g5["lines"], CHAIN),
                                _find(g5["lines"], STUDENT))
-    why = _why_not(g5, teacher, chain, CHAIN)
-    scored = chain is not None and teacher is not None
-    ret = _ratio(chain["value"], teacher["value"]) if scored else None
+    why = _why_not(g5, teacher, chain, CHAIN)   # scores are not needed for (b), (c) and (d)
+    both = chain is not None and teacher is not None
+    ret = _ratio(chain["value"], teacher["value"]) if both else None
     sp = chain["speedup"] if chain else None
-    size = _ratio(teacher["size_bytes"], chain["size_bytes"]) if scored else None
+    size = _ratio(teacher["size_bytes"], chain["size_bytes"]) if both else None
     sret = _ratio(student["value"], teacher["value"]) if student and teacher else None
     out = [
         _target("a", f"GLUE-5 retention of {CHAIN} >= {_pct(TARGETS['retention'])}", ret, TARGETS["retention"],
                 lambda: f"{CHAIN} {_num(chain['value'])} / teacher {_num(teacher['value'])} = {_pct(ret)}",
-                why or "scores missing"),
+                why or _unscored(teacher, chain)),
         _target("b", f"p50 batch-1 speed-up of {CHAIN} vs teacher PyTorch FP32 >= {_x(TARGETS['speedup'])}",
                 sp, TARGETS["speedup"],
                 lambda: f"teacher {_ms(teacher['p50'])} ms / {CHAIN} {_ms(chain['p50'])} ms = {_x(sp)}",
@@ -249,9 +385,16 @@ def targets(machine: dict, g5: dict) -> List[dict]:
         _target("e", f"a 6-layer student ({STUDENT}) at >= {_pct(TARGETS['student'])} GLUE-5 retention", sret,
                 TARGETS["student"],
                 lambda: f"{STUDENT} {_num(student['value'])} / teacher {_num(teacher['value'])} = {_pct(sret)}",
-                _why_not(g5, teacher, student, STUDENT) or "scores missing"),
+                _why_not(g5, teacher, student, STUDENT) or _unscored(teacher, student)),
     ]
     return [{**t, "machine": machine["title"], "machine_key": machine["key"]} for t in out]
+
+
+def _unscored(*lines: Optional[dict]) -> str:
+    """Which GLUE-5 lines lack a score, on which tasks."""
+    said = [f"{ln['label']} has no score on {', '.join(ln['unscored_tasks'])}" for ln in lines
+            if ln and ln.get("unscored_tasks")]
+    return "scores missing: " + "; ".join(said) if said else "scores missing"
 
 
 def _target(tid: str, what: str, value: Optional[float], threshold: float, figures, reason: str) -> dict:
@@ -277,7 +420,7 @@ def _peer_targets(g5: dict, chain: Optional[dict], why: Optional[str]) -> List[d
     better = [p for p in peers if chain_score is not None and p["value"] is not None and p["value"] >= chain_score]
     best = better[0] if better else None
     r2 = _ratio(best["p50"], chain["p50"]) if chain and best else None
-    reason = why or ("scores missing" if chain_score is None
+    reason = why or (_unscored(chain) if chain_score is None
                      else f"no peer scores at least {CHAIN}'s {_num(chain_score)} (peers: {listed or 'none'})")
     c2 = _target("c'", f"p50 of {CHAIN} >= {_x(TARGETS['peer'])} lower than the fastest peer's at equal or "
                        "better score", r2, TARGETS["peer"],
@@ -298,6 +441,80 @@ def _why_not(g5: dict, teacher: Optional[dict], variant: Optional[dict], name: s
     if variant is None:
         return f"no {name} on all five tasks"
     return None
+
+
+# -- the pipeline's dev scores (pipeline3/, no latency) -----------------------------------
+
+def pipeline_glue5(pipeline: Dict[str, Dict[str, dict]]) -> List[dict]:
+    """Per pipeline3 model: the score of each task, retention against the same task's teacher, the
+    GLUE-5 mean and its retention against the teachers' GLUE-5 (where all five are there), the tasks
+    missing."""
+    teacher = {t: e["score"] for t, e in pipeline.get("teacher", {}).items()}
+    teacher5 = _mean([teacher.get(t) for t in TASKS])
+    out = []
+    for model, pattern, what in PIPELINE_MODELS:
+        got = pipeline.get(model, {})
+        scores = {t: got[t]["score"] for t in TASKS if t in got}
+        missing = [t for t in TASKS if t not in scores]
+        g5 = _mean([scores[t] for t in TASKS]) if not missing else None
+        out.append({"model": model, "what": what, "file": f"{PIPELINE}/{pattern}", "tasks": scores,
+                    "retention_tasks": {t: _ratio(v, teacher.get(t)) for t, v in scores.items()},
+                    "glue5": g5, "teacher_glue5": teacher5, "retention": _ratio(g5, teacher5),
+                    "missing_tasks": missing,
+                    "parameters": {t: got[t]["parameters"] for t in TASKS if t in got},
+                    "size_bytes": {t: got[t]["size_bytes"] for t in TASKS if t in got}})
+    return out
+
+
+def pipeline_targets(rows: List[dict], machine_targets: List[dict]) -> List[dict]:
+    """(a) and (e) on the pipeline's dev scores, for each that no CPU machine could compute: (a) on
+    the INT8 chain where all five tasks have its score, else on the chain in FP32, labelled so (and
+    "not met" only where that FP32 figure is already below the target; the INT8 figure stays not
+    computed); (e) on the 6-layer kd student."""
+    by = {r["model"]: r for r in rows}
+    computed = {t["id"] for t in machine_targets if t["verdict"] != "not computed"}
+    where = f"{PIPELINE} (dev scores, no latency)"
+    out = []
+    teacher = by.get("teacher")
+    no_teacher = ("teacher (PyTorch FP32) missing on " + ", ".join(teacher["missing_tasks"])) \
+        if teacher and teacher["missing_tasks"] else None
+    if "a" not in computed:
+        what = f"GLUE-5 retention of {CHAIN} >= {_pct(TARGETS['retention'])}"
+        ci, c = by.get(CHAIN), by.get("chain")
+        if ci and ci["retention"] is not None:
+            t = _target("a", what, ci["retention"], TARGETS["retention"],
+                        lambda: f"{CHAIN} {_num(ci['glue5'])} / teacher {_num(ci['teacher_glue5'])} "
+                                f"= {_pct(ci['retention'])} (`{ci['file']}`)", "")
+            out.append({**t, "value_of": CHAIN})
+        else:
+            known = [t for t in TASKS if ci and t in ci["tasks"]]
+            int8 = (f"its INT8 score is known for {', '.join(known)} only" if known
+                    else "its INT8 score is known for no task")
+            if c and c["retention"] is not None:
+                r = c["retention"]
+                verdict = "not met" if r < TARGETS["retention"] else "not computed"
+                figures = (f"the chain in FP32 ({int8}): chain {_num(c['glue5'])} / teacher "
+                           f"{_num(c['teacher_glue5'])} = {_pct(r)}; the INT8 figure ({CHAIN}'s GLUE-5 "
+                           f"retention) is not computed"
+                           + (f" (no `{ci['file']}` for {', '.join(ci['missing_tasks'])})" if ci else "")
+                           + ("; the FP32 chain is below the target" if verdict == "not met"
+                              else "; the FP32 chain meets it, so the verdict waits for the INT8 scores"))
+                out.append({"id": "a", "target": what, "value": r, "threshold": TARGETS["retention"],
+                            "verdict": verdict, "figures": figures, "value_of": "chain (FP32)"})
+            else:
+                reason = no_teacher or (f"no chain score on {', '.join(c['missing_tasks'])} and {int8}" if c
+                                        else "no chain in pipeline3")
+                out.append({**_target("a", what, None, TARGETS["retention"], None, reason), "value_of": None})
+    if "e" not in computed:
+        what = f"a 6-layer student ({PIPELINE_STUDENT}) at >= {_pct(TARGETS['student'])} GLUE-5 retention"
+        st = by.get(PIPELINE_STUDENT)
+        reason = no_teacher or (f"no {PIPELINE_STUDENT} score on {', '.join(st['missing_tasks'])}" if st
+                                else f"no {PIPELINE_STUDENT} in pipeline3")
+        t = _target("e", what, st and st["retention"], TARGETS["student"],
+                    lambda: f"{PIPELINE_STUDENT} {_num(st['glue5'])} / teacher {_num(st['teacher_glue5'])} "
+                            f"= {_pct(st['retention'])}", reason)
+        out.append({**t, "value_of": PIPELINE_STUDENT if t["value"] is not None else None})
+    return [{**t, "machine": where, "machine_key": PIPELINE} for t in out]
 
 
 def gpu_throughput(per_task: Dict[str, List[dict]], g5: dict) -> List[dict]:
@@ -344,25 +561,32 @@ def other_systems(summary: Optional[dict]) -> List[dict]:
 def build(folder: str) -> dict:
     """Everything the report shows, as plain data (``report.json``)."""
     docs, summary, missing = load(folder)
-    report = {"folder": folder, "edge_names": EDGE_NAMES, "targets_thresholds": TARGETS, "missing": missing,
-              "machines": [], "targets": [], "gpu_throughput": [], "other_systems": other_systems(summary),
+    pipeline, pipeline_missing = load_pipeline(folder)
+    report = {"folder": folder, "edge_names": EDGE_NAMES,
+              "edge_pipeline": {e: m for e, (m, _) in EDGE_PIPELINE.items()}, "targets_thresholds": TARGETS,
+              "missing": missing + pipeline_missing, "machines": [], "targets": [], "gpu_throughput": [],
+              "pipeline": pipeline_glue5(pipeline), "other_systems": other_systems(summary),
               "summary_glue5": (summary or {}).get("glue5"), "fingerprints": _fingerprints(docs),
               "commands": commands(folder, docs, summary)}
     for m in machines(docs):
         server = docs["server-cpu"]
-        per_task = {task: task_lines(doc, m, server.get(task)) for task, doc in docs[m["source"]].items()}
+        per_task = {task: task_lines(doc, m, server.get(task), pipeline, task)
+                    for task, doc in docs[m["source"]].items()}
         g5 = glue5(per_task)
         report["machines"].append({**m, "tasks": {t: per_task[t] for t in TASKS if t in per_task}, "glue5": g5})
         if m["source"] == "gpu":
             report["gpu_throughput"] = gpu_throughput(per_task, g5)
         else:
             report["targets"] += targets(m, g5)
+    report["targets"] += pipeline_targets(report["pipeline"], report["targets"])
+    report["plot"] = [{k: v for k, v in p.items() if k != "lines"} for p in plot_panels(report)]
     return report
 
 
 def commands(folder: str, docs: Dict[str, Dict[str, dict]], summary: Optional[dict]) -> dict:
     """The command files found (their text) and each results file's own command."""
     files = sorted(glob.glob(os.path.join(folder, "server", "commands-*.txt")))
+    files += sorted(glob.glob(os.path.join(folder, PIPELINE, "commands-*.txt")))
     latency = os.path.join(folder, "latency-commands.sh")
     if os.path.isfile(latency):
         files.append(latency)
@@ -404,15 +628,27 @@ def markdown(report: dict, plot_file: Optional[str] = None) -> str:
              "each edge variant's score is the trained model's from the server bench of the same task "
              "(identical weights score identically). Edge names map to server names as: "
              + ", ".join(f"`{e}` -> " + (f"`{s}`" if s else "none (unscored)") for e, s in report["edge_names"].items())
-             + ". Speed-ups compare batch-1 p50 with the teacher in PyTorch FP32 on the same machine and threads.",
+             + f". Where the server bench has no score, the same model's score comes from the GPU pipeline's "
+             f"own dev evaluation in `{PIPELINE}/`: "
+             + ", ".join(f"`{e}` <- `{PIPELINE}/{dict((m, f) for m, f, _ in PIPELINE_MODELS)[pm]}`"
+                         for e, pm in report["edge_pipeline"].items())
+             + " (and only where its parameter count, and for the chain its heads, FFN widths and vocabulary, match "
+             "the timed copy); any other variant, peers included, stays unscored: no model takes another's score. "
+             "Every table's `score from` column names the file each score came from. Speed-ups compare batch-1 "
+             "p50 with the teacher in PyTorch FP32 on the same machine and threads.",
              ""]
     lines += _rerun_section(report)
     lines += ["## Missing", ""]
     lines += [f"- {m}" for m in report["missing"]] or ["Nothing: every input file is there."]
     lines += [""]
     lines += _targets_section(report)
+    lines += _pipeline_section(report)
     if plot_file:
         lines += [f"![latency versus score]({plot_file})", ""]
+        lines += ["Plot panels: " + "; ".join(
+            f"{p['name']}: " + (f"{p['machine']}, {p['drawn']} drawn" if p["machine"] else "nothing measured")
+            + (f", {len(p['left_out'])} without a score left out ({', '.join(p['left_out'])})" if p["left_out"]
+               else "") for p in report.get("plot", [])) + ".", ""]
     lines += _glue5_section(report)
     lines += _gpu_section(report)
     lines += _task_section(report)
@@ -444,23 +680,48 @@ def _targets_section(report: dict) -> List[str]:
     out = ["## Targets", "",
            f"Checked against `{CHAIN}` on each CPU machine's GLUE-5 means (the fastest peer is the fastest of "
            f"{', '.join(PEERS)} present on all five tasks; (c) compares with it whatever its score, (c') with the "
-           f"fastest peer scoring at least the chain).", "",
+           f"fastest peer scoring at least the chain). Where a machine has all five tasks' latency and sizes but "
+           f"not their scores, (b), (c) and (d) are still computed (they need no score); (a), (c') and (e) are "
+           f"not. Where no CPU machine can check (a) or (e), the `{PIPELINE}` rows check them on the pipeline's "
+           f"dev scores (next section).", "",
            "| target | machine | figures | verdict |", "|---|---|---|---|"]
     for m in report["machines"]:
         mine = [t for t in report["targets"] if t["machine_key"] == m["key"]]
-        if mine and m["glue5"]["missing_tasks"]:   # one line for all: nothing computed without GLUE-5
+        if mine and m["glue5"]["missing_tasks"]:   # one line for all: nothing computed without five tasks
             out.append(f"| ({mine[0]['id']})-({mine[-1]['id']}) all | {m['title']} | {mine[0]['figures']} "
                        "| **not computed** |")
             continue
         out += [f"| ({t['id']}) {t['target']} | {t['machine']} | {t['figures']} | **{t['verdict']}** |" for t in mine]
+    out += [f"| ({t['id']}) {t['target']} | {t['machine']} | {t['figures']} | **{t['verdict']}** |"
+            for t in report["targets"] if t["machine_key"] == PIPELINE]
     if not report["targets"]:
         out += ["| all | - | no CPU results | **not computed** |"]
     return out + [""]
 
 
-TABLE_HEAD = ["| variant | group | engine | precision | score | retention | p50 (ms) | p90 (ms) "
+def _pipeline_section(report: dict) -> List[str]:
+    rows = report["pipeline"]
+    out = ["## GLUE-5 of the pipeline's models (dev scores, no latency)", "",
+           f"From `{PIPELINE}/` (the GPU pipeline's own evaluation of each model on the dev split): each "
+           f"task's score (its retention against the same task's teacher in brackets), the GLUE-5 mean where "
+           f"all five tasks are there, and its retention against the teachers' GLUE-5.", ""]
+    if not any(r["tasks"] for r in rows):
+        return out + [f"Not computed: no `{PIPELINE}/` scores.", ""]
+    out += ["| model | what | " + " | ".join(TASKS) + " | GLUE-5 | retention | missing | file |",
+            "|---|---|" + "---:|" * (len(TASKS) + 2) + "---|---|"]
+    for r in rows:
+        cells = [_num(r["tasks"][t]) + (f" ({_pct(r['retention_tasks'][t])})" if r["retention_tasks"][t] else "")
+                 if t in r["tasks"] else "-" for t in TASKS]
+        out.append(f"| {r['model']} | {r['what']} | " + " | ".join(cells)
+                   + f" | {_num(r['glue5']) or 'n/a'} | {_pct(r['retention']) or 'n/a'} "
+                     f"| {', '.join(r['missing_tasks']) or '-'} | `{r['file']}` |")
+    return out + ["", "GLUE-5 is left n/a for a model missing a task: it is never filled in with another "
+                      "model's score.", ""]
+
+
+TABLE_HEAD = ["| variant | group | engine | precision | score | score from | retention | p50 (ms) | p90 (ms) "
               "| throughput (sent/s @ batch) | size (MB) | parameters | speed-up | Pareto |",
-              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"]
+              "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|:-:|"]
 
 
 def _table(lines: List[dict]) -> List[str]:
@@ -468,8 +729,11 @@ def _table(lines: List[dict]) -> List[str]:
     for ln in lines:
         tput = "; ".join(f"{t:.1f} @ {b}" for b, t in ln["throughput"])
         score = _num(ln["value"]) or ("n/a" if ln.get("score_note") else "")
+        src = "; ".join(f"`{f}`" for f in ln["score_from"].split("; ")) if ln.get("score_from") else ""
+        if src and ln.get("unscored_tasks"):
+            src += f" ({', '.join(ln['scored_tasks'])} only)"
         out.append(f"| {ln['label']} | {ln['group']} | {ln.get('engine') or ''} | {ln['precision']} | {score} "
-                   f"| {_pct(ln['retention'])} | {_ms(ln['p50'])} | {_ms(ln['p90'])} | {tput} "
+                   f"| {src} | {_pct(ln['retention'])} | {_ms(ln['p50'])} | {_ms(ln['p90'])} | {tput} "
                    f"| {_mb(ln['size_bytes'])} | {_int(ln['parameters'])} | {_x(ln['speedup'])} "
                    f"| {'yes' if ln['pareto'] else ''} |")
     notes: Dict[str, List[str]] = {}
@@ -570,13 +834,35 @@ def _int(n: Optional[float]) -> str:
 
 # -- the plot ----------------------------------------------------------------------
 
-def plot_machine(report: dict) -> Optional[dict]:
-    """The server CPU at 1 thread, else the edge CPU at 1 thread."""
+def plot_panels(report: dict) -> List[dict]:
+    """The plot's six panels (each task, then GLUE-5), each from the server CPU at 1 thread where that
+    panel has scored points there, else the edge CPU at 1 thread (its scores: the server bench's, else
+    pipeline3's of the same model), else whichever has lines (latency only). ``left_out``: the labels
+    of the timed variants without a score, which are not drawn."""
     by = {m["key"]: m for m in report["machines"]}
-    for key in ("server-cpu-1t", "edge-cpu-1t"):
-        if key in by and by[key]["tasks"]:
-            return by[key]
-    return None
+    candidates = [by[k] for k in ("server-cpu-1t", "edge-cpu-1t") if k in by]
+    panels = []
+    for name in TASKS + ("GLUE-5",):
+        options = [(m, m["glue5"]["lines"] if name == "GLUE-5" else m["tasks"].get(name) or [])
+                   for m in candidates]
+        chosen = next(((m, lines) for m, lines in options if any(_drawable(ln) for ln in lines)), None) \
+            or next(((m, lines) for m, lines in options if lines), None)
+        m, lines = chosen or (None, [])
+        if lines:
+            empty = "latency only: no scores (see report.md)"
+        elif name != "GLUE-5":
+            empty = "not measured at 1 thread"
+        else:
+            missing = [t for t in TASKS if not any(t in mm["tasks"] for mm in candidates)] if candidates else TASKS
+            empty = ("not computed: missing " + ", ".join(missing)) if missing else "not computed"
+        panels.append({"name": name, "machine": m["title"] if m else None, "lines": lines, "empty": empty,
+                       "drawn": sum(1 for ln in lines if _drawable(ln)),
+                       "left_out": [ln["label"] for ln in lines if ln["p50"] is not None and ln["value"] is None]})
+    return panels
+
+
+def _drawable(ln: dict) -> bool:
+    return ln["p50"] is not None and ln["value"] is not None
 
 
 def plot(report: dict):
@@ -586,18 +872,16 @@ def plot(report: dict):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    m = plot_machine(report)
+    panels = plot_panels(report)
     fig, axes = plt.subplots(2, 3, figsize=(16, 9.5), dpi=100)
-    where = m["title"] if m else "no CPU at 1 thread measured"
-    fig.suptitle(f"MPNet-base GLUE-5: p50 latency (batch 1) versus dev score, {where}")
-    tasks = m["tasks"] if m else {}
-    g5 = m["glue5"] if m else {"lines": [], "missing_tasks": list(TASKS)}
-    panels = [(t, tasks.get(t) or [], "not measured" if t not in tasks else "latency only: no scores (see report.md)")
-              for t in TASKS]
-    panels.append(("GLUE-5", g5["lines"], "not computed: missing " + ", ".join(g5["missing_tasks"])
-                   if g5["missing_tasks"] else "no scored variant on all five tasks"))
-    for ax, (name, lines, empty) in zip(axes.flat, panels):
-        _panel(ax, name, lines, where, empty)
+    fig.suptitle("MPNet-base GLUE-5: p50 latency (batch 1) versus dev score, CPU at 1 thread "
+                 "(each panel names its machine)")
+    for ax, p in zip(axes.flat, panels):
+        _panel(ax, p["name"], p["lines"], p["machine"] or "no CPU at 1 thread measured", p["empty"])
+        if p["left_out"] and p["drawn"]:
+            names = ", ".join(p["left_out"]) if len(p["left_out"]) <= 4 else f"{', '.join(p['left_out'][:4])}, ..."
+            ax.text(0.99, 0.01, f"{len(p['left_out'])} without a score not drawn: {names}", ha="right",
+                    va="bottom", transform=ax.transAxes, fontsize=7, color="#555")
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], marker="o", ls="", color=c, markeredgecolor="black", label=g)
