@@ -412,25 +412,29 @@ def _label_points(ax, points) -> None:
 
 def html_page(rows: Sequence[dict], title: str, threads: Optional[int] = None) -> str:
     """A page with everything inline (CSS, the plot as base64 PNG): one file to send around."""
-    md = markdown(rows, title, threads)
     png = plot_png(rows, threads)
-    body = [f"<h1>{html.escape(title)}</h1>"]
-    if png:
-        body.append('<img alt="latency versus score" src="data:image/png;base64,'
-                    + base64.b64encode(png).decode() + '">')
-    body.append(_md_tables_to_html(md))
-    style = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
-             "table{border-collapse:collapse;margin:1em 0;font-size:14px}th,td{border:1px solid #ccc;"
-             "padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
-             "th{background:#f4f4f4}img{max-width:100%}pre{background:#f7f7f7;padding:1em;overflow:auto}")
+    return html_document(title, markdown(rows, title, threads, plot_file="report.png" if png else None), png)
+
+
+PAGE_STYLE = ("body{{font-family:system-ui,sans-serif;max-width:{width}px;margin:2em auto;padding:0 1em;color:#222}}"
+              "table{{border-collapse:collapse;margin:1em 0;font-size:13px}}th,td{{border:1px solid #ccc;"
+              "padding:3px 7px;text-align:right}}td:first-child,th:first-child{{text-align:left}}"
+              "th{{background:#f4f4f4}}img{{max-width:100%}}pre{{background:#f7f7f7;padding:1em;overflow:auto}}")
+
+
+def html_document(title: str, md: str, png: Optional[bytes] = None, width: int = 1200) -> str:
+    """A report's markdown as one self-contained page: tables as tables, the plot (the markdown's
+    image line) inline as base64 PNG."""
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+            f"<style>{PAGE_STYLE.format(width=width)}</style></head><body>{md_to_html(md, png)}</body></html>\n")
 
 
-def _md_tables_to_html(md: str) -> str:
-    """The markdown report's tables and paragraphs as HTML (just the subset ``markdown`` writes)."""
-    out, table, in_pre = [], [], False
-    for line in md.splitlines()[1:]:
+def md_to_html(md: str, png: Optional[bytes] = None) -> str:
+    """The subset of markdown the reports write: headings, tables, lists, code blocks, the image."""
+    out: List[str] = []
+    table: List[List[str]] = []
+    in_pre = in_list = False
+    for line in md.splitlines() + [""]:
         if line.startswith("```"):
             out.append("</pre>" if in_pre else "<pre>")
             in_pre = not in_pre
@@ -439,23 +443,41 @@ def _md_tables_to_html(md: str) -> str:
             out.append(html.escape(line))
             continue
         if line.startswith("|"):
-            table.append([c.strip() for c in line.strip("|").split("|")])
+            table.append([c.strip() for c in line.strip().strip("|").split("|")])
             continue
         if table:
-            head, body = table[0], [r for r in table[1:] if not set("".join(r)) <= set("-:")]
-            out.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head) + "</tr>"
-                       + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body)
-                       + "</table>")
+            out.append(_html_table(table))
             table = []
-        if line.startswith("## "):
-            out.append(f"<h2>{html.escape(line[3:])}</h2>")
+        if in_list and not line.startswith("- "):
+            out.append("</ul>")
+            in_list = False
+        heading = re.match(r"(#{1,4}) (.*)", line)
+        if heading:
+            n = len(heading.group(1))
+            out.append(f"<h{n}>{html.escape(heading.group(2))}</h{n}>")
         elif line.startswith("!["):
-            continue
+            if png:
+                out.append('<img alt="latency versus score" src="data:image/png;base64,'
+                           + base64.b64encode(png).decode() + '">')
+        elif line.startswith("- "):
+            if not in_list:
+                out.append("<ul>")
+                in_list = True
+            out.append(f"<li>{_inline(line[2:])}</li>")
         elif line.strip():
-            text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(line))
-            text = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
-            out.append(f"<li>{text[2:]}</li>" if line.startswith("- ") else f"<p>{text}</p>")
+            out.append(f"<p>{_inline(line)}</p>")
     return "\n".join(out)
+
+
+def _html_table(table: List[List[str]]) -> str:
+    head, body = table[0], [r for r in table[1:] if not set("".join(r)) <= set("-:")]
+    return ("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in body) + "</table>")
+
+
+def _inline(text: str) -> str:
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
 
 
 def write_report_files(paths: Sequence[str], out: Optional[str] = None, title: Optional[str] = None,

@@ -46,15 +46,13 @@ score per task and GLUE-5) and ``report.json`` (the numbers behind the tables).
 from __future__ import annotations
 
 import argparse
-import base64
 import glob
-import html
 import json
 import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from compressor.bench.report import GROUP_COLOURS, _fingerprint_text, pareto
+from compressor.bench.report import GROUP_COLOURS, _fingerprint_text, html_document, pareto
 from compressor.errors import CompressorError
 from compressor.io import write_bytes, write_json, write_text
 from compressor.results import read_results
@@ -925,63 +923,8 @@ def _panel(ax, name: str, lines: List[dict], where: str, empty: str) -> None:
 # -- HTML --------------------------------------------------------------------------
 
 def html_page(md: str, png: bytes, title: str) -> str:
-    """The markdown as one self-contained page: tables as tables, the plot inline as base64 PNG."""
-    style = ("body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;color:#222}"
-             "table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;"
-             "padding:3px 7px;text-align:right}td:first-child,th:first-child{text-align:left}"
-             "th{background:#f4f4f4}img{max-width:100%}pre{background:#f7f7f7;padding:1em;overflow:auto}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>{_md_to_html(md, png)}</body></html>\n")
-
-
-def _md_to_html(md: str, png: bytes) -> str:
-    """The subset of markdown ``markdown`` writes (headings, tables, lists, code, the image)."""
-    out: List[str] = []
-    table: List[List[str]] = []
-    in_pre = in_list = False
-    for line in md.splitlines() + [""]:
-        if line.startswith("```"):
-            out.append("</pre>" if in_pre else "<pre>")
-            in_pre = not in_pre
-            continue
-        if in_pre:
-            out.append(html.escape(line))
-            continue
-        if line.startswith("|"):
-            table.append([c.strip() for c in line.strip().strip("|").split("|")])
-            continue
-        if table:
-            out.append(_html_table(table))
-            table = []
-        if in_list and not line.startswith("- "):
-            out.append("</ul>")
-            in_list = False
-        heading = re.match(r"(#{1,4}) (.*)", line)
-        if heading:
-            n = len(heading.group(1))
-            out.append(f"<h{n}>{html.escape(heading.group(2))}</h{n}>")
-        elif line.startswith("!["):
-            out.append('<img alt="latency versus score" src="data:image/png;base64,'
-                       + base64.b64encode(png).decode() + '">')
-        elif line.startswith("- "):
-            if not in_list:
-                out.append("<ul>")
-                in_list = True
-            out.append(f"<li>{_inline(line[2:])}</li>")
-        elif line.strip():
-            out.append(f"<p>{_inline(line)}</p>")
-    return "\n".join(out)
-
-
-def _html_table(table: List[List[str]]) -> str:
-    head, body = table[0], [r for r in table[1:] if not set("".join(r)) <= set("-:")]
-    return ("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in body) + "</table>")
-
-
-def _inline(text: str) -> str:
-    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False))
-    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text)
+    """The markdown as one self-contained page (``bench.report.html_document``)."""
+    return html_document(title, md, png, width=1300)
 
 
 # -- writing -------------------------------------------------------------------------
