@@ -1,0 +1,29 @@
+#!/bin/bash
+# Rerun the MPNet-base GLUE-5 headline (issue 14) from the repository root, in two halves.
+#
+#   bash bench/results/mpnet-glue5/rerun.sh gpu MPNET_BASE GLUE_DIR RESULTS_DIR
+#       on a machine with one GPU and 16 cores (here: the device tool's, after
+#       bench/experiments/device_setup.sh put the pinned stack in ~/site): each task's teacher,
+#       6-layer kd student, Theseus 12 -> 6, the chain (heads+FFN halved with kd recovery,
+#       vocabulary), INT8 of teacher and chain; then the GPU bench (FP32/BF16, batch 1 and 256)
+#       and the server-CPU bench beside the peers (PyTorch INT8, optimum O2 and O2 + INT8, INC).
+#       Over an hour on one H100 (more than one device session: see README.md "Next runs"); copy RESULTS_DIR's *-metrics.json, *-quantize.json and
+#       commands-*.txt into bench/results/mpnet-glue5/pipeline3/ and its bench-*.json into
+#       bench/results/mpnet-glue5/server/.
+#   bash bench/results/mpnet-glue5/rerun.sh cpu MPNET_BASE GLUE_DIR
+#       on the edge CPU: latency of copies with the chains' shapes (read from pipeline3/), then
+#       the summary and the report (report.md, report.html, report.png, report.json).
+set -euo pipefail
+where=${1:?gpu or cpu}; base=${2:?the MPNet-base folder (../shared/tools/get-mpnet-teacher.sh)}
+glue=${3:?GLUE_DIR}
+case $where in
+gpu)
+  out=${4:?RESULTS_DIR}
+  MPNET=$base PHASE=pipeline bash bench/experiments/mpnet_glue5_chain_gpu.sh "$glue" "$out"
+  PHASE=bench bash bench/experiments/mpnet_glue5_chain_gpu.sh "$glue" "$out" ;;
+cpu)
+  MPNET_BASE=$base GLUE_DIR=$glue bash bench/results/mpnet-glue5/latency-commands.sh
+  ${PYTHON:-.venv/bin/python} -m bench.experiments.mpnet_glue5_summary bench/results/mpnet-glue5
+  ${PYTHON:-.venv/bin/python} -m bench.experiments.mpnet_glue5_report bench/results/mpnet-glue5 ;;
+*) echo "rerun.sh: the first argument is gpu or cpu, not $where" >&2; exit 2 ;;
+esac
