@@ -281,6 +281,18 @@ def main(argv=None):
         _main(argv)
 
 
+def _interrupted(argv) -> str:
+    """What a user stopping this command should know: whether running it again resumes."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in args if not a.startswith("-")), "")
+    if command == "bench":
+        return ("interrupted: the results file holds the thread counts that finished (marked incomplete); "
+                "run the same command again to measure them all")
+    if command in ("run", "demo"):
+        return "interrupted: run the same command again to resume"
+    return "interrupted: nothing half-written is left; run the same command again to start over"
+
+
 def _main(argv):
     rank = int(os.environ.get("RANK", "0") or 0)
     if rank:   # one of several processes (torchrun): rank 0 prints the results
@@ -295,7 +307,7 @@ def _main(argv):
             click.echo(f"error: {f'rank {rank}: ' if rank else ''}{line}", err=True)
         sys.exit(1)
     except click.exceptions.Abort:
-        click.echo("interrupted: run the same command again to resume", err=True)
+        click.echo(_interrupted(argv), err=True)
         sys.exit(130)
     except getattr(click.exceptions, "NoArgsIsHelpError", ()) as exc:
         click.echo(exc.format_message())  # a bare group: its help, as click shows it
@@ -309,7 +321,7 @@ def _main(argv):
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("interrupted: run the same command again to resume", err=True)
+        click.echo(_interrupted(argv), err=True)
         sys.exit(130)
     finally:
         from .distributed import shutdown

@@ -144,3 +144,11 @@ def test_importing_the_toolkit_prints_nothing(module):
     result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stderr
+
+
+def test_an_interrupted_command_says_whether_running_it_again_resumes():
+    from compressor.cli import _interrupted
+
+    assert _interrupted(["run", "recipe.yaml", "--out", "r"]).endswith("again to resume")
+    assert "incomplete" in _interrupted(["bench", "m", "--out", "x.json"])
+    assert _interrupted(["finetune", "--task", "sst2"]).endswith("to start over")
