@@ -571,8 +571,7 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
     variant is built once per thread count, in a process of its own, which also
     scores it and weighs its memory (at the first thread count); the variants are
     timed in rounds (``rounds_latency``, ``rounds_throughput``). ``on_rows`` receives the rows
-    measured so far after the scores and after each thread count, so a run stopped midway
-    keeps what it finished.
+    measured so far after each thread count, so a run stopped midway keeps what it finished.
     """
     from compressor.metrics import task_score
 

@@ -119,14 +119,12 @@ def run_benchmark(models: Sequence[str] = (), teacher: Optional[str] = None,
     def save(rows: List[dict], complete: bool) -> None:
         # written after every thread count too: a run stopped midway keeps what it finished,
         # marked incomplete (config.complete false) until the last thread count is in
-        if out:
-            write_results(out, _with_retention(rows), command=command, fingerprint_info=info,
-                          config={**settings, "complete": complete})
+        write_results(out, rows, command=command, fingerprint_info=info, config={**settings, "complete": complete})
 
-    rows = benchmark(specs, task_spec, dev, config, log=log,
-                     on_rows=(lambda partial: save(partial, False)) if out else None)
-    rows = _with_retention(rows)
-    save(rows, True)
+    rows = _with_retention(benchmark(specs, task_spec, dev, config, log=log,
+                                     on_rows=(lambda part: save(_with_retention(part), False)) if out else None))
+    if out:
+        save(rows, True)
     return {"rows": rows, "fingerprint": info, "config": {**settings, "complete": True}}
 
 

@@ -281,9 +281,8 @@ def main(argv=None):
         _main(argv)
 
 
-def _interrupted(argv) -> str:
+def _interrupted(args) -> str:
     """What a user stopping this command should know: whether running it again resumes."""
-    args = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in args if not a.startswith("-")), "")
     if command == "bench":
         return ("interrupted: the results file holds the thread counts that finished (marked incomplete); "
@@ -294,12 +293,13 @@ def _interrupted(argv) -> str:
 
 
 def _main(argv):
+    args = list(sys.argv[1:] if argv is None else argv)
     rank = int(os.environ.get("RANK", "0") or 0)
     if rank:   # one of several processes (torchrun): rank 0 prints the results
         sys.stdout = open(os.devnull, "w")
     try:
         code = cli.main(args=argv, prog_name="compressor", standalone_mode=False,
-                        obj={"argv": list(sys.argv[1:] if argv is None else argv)})
+                        obj={"argv": args})
         if isinstance(code, int) and code:
             sys.exit(code)
     except CompressorError as exc:
@@ -307,7 +307,7 @@ def _main(argv):
             click.echo(f"error: {f'rank {rank}: ' if rank else ''}{line}", err=True)
         sys.exit(1)
     except click.exceptions.Abort:
-        click.echo(_interrupted(argv), err=True)
+        click.echo(_interrupted(args), err=True)
         sys.exit(130)
     except getattr(click.exceptions, "NoArgsIsHelpError", ()) as exc:
         click.echo(exc.format_message())  # a bare group: its help, as click shows it
@@ -321,7 +321,7 @@ def _main(argv):
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        click.echo(_interrupted(argv), err=True)
+        click.echo(_interrupted(args), err=True)
         sys.exit(130)
     finally:
         from .distributed import shutdown

@@ -52,7 +52,7 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from compressor.bench.report import GROUP_COLOURS, _fingerprint_text, html_document, pareto
+from compressor.bench.report import GROUP_COLOURS, _fingerprint_text, _mb, _num, html_document, pareto
 from compressor.errors import CompressorError
 from compressor.io import write_bytes, write_json, write_text
 from compressor.results import read_results
@@ -79,6 +79,7 @@ PIPELINE_MODELS = (
     ("teacher-int8", "{task}-int8-quantize.json", "the teacher, the toolkit's fused INT8 ONNX"),
     ("chain-int8", "{task}-chain-int8-quantize.json", "the chain, the toolkit's fused INT8 ONNX"),
 )
+PIPELINE_FILES = {model: pattern for model, pattern, _ in PIPELINE_MODELS}
 PIPELINE_STUDENT = "6L-kd"
 # the edge variant -> (the pipeline3 model of the same weights and precision, that precision): the
 # score it takes when the server bench has none. Nothing else falls back: a peer, or a model whose
@@ -239,7 +240,7 @@ def _edge_score(line: dict, task: Optional[str], server: Optional[dict],
         if line["group"] == "peer":
             line["score_note"] += "; a peer is scored by the server bench only"
         return   # a peer, or a model pipeline3 does not score: the server bench's note stands
-    pattern = f"{PIPELINE}/" + dict((m, f) for m, f, _ in PIPELINE_MODELS)[model]
+    pattern = f"{PIPELINE}/" + PIPELINE_FILES[model]
     entry = (pipeline or {}).get(model, {}).get(task)
     why = None
     if entry is None:
@@ -628,7 +629,7 @@ def markdown(report: dict, plot_file: Optional[str] = None) -> str:
              + ", ".join(f"`{e}` -> " + (f"`{s}`" if s else "none (unscored)") for e, s in report["edge_names"].items())
              + f". Where the server bench has no score, the same model's score comes from the GPU pipeline's "
              f"own dev evaluation in `{PIPELINE}/`: "
-             + ", ".join(f"`{e}` <- `{PIPELINE}/{dict((m, f) for m, f, _ in PIPELINE_MODELS)[pm]}`"
+             + ", ".join(f"`{e}` <- `{PIPELINE}/{PIPELINE_FILES[pm]}`"
                          for e, pm in report["edge_pipeline"].items())
              + " (and only where its parameter count, and for the chain its heads, FFN widths and vocabulary, match "
              "the timed copy); any other variant, peers included, stays unscored: no model takes another's score. "
@@ -806,10 +807,6 @@ def _others_section(report: dict) -> List[str]:
 
 # -- formatting ----------------------------------------------------------------------
 
-def _num(x: Optional[float], digits: int = 2) -> str:
-    return f"{x:.{digits}f}" if x is not None else ""
-
-
 def _ms(x: Optional[float]) -> str:
     return _num(x, 2)
 
@@ -820,10 +817,6 @@ def _pct(x: Optional[float]) -> str:
 
 def _x(x: Optional[float]) -> str:
     return f"{x:.1f}×" if x is not None else ""
-
-
-def _mb(n: Optional[float]) -> str:
-    return f"{n / 1e6:.1f}" if n else ""
 
 
 def _int(n: Optional[float]) -> str:
