@@ -20,8 +20,9 @@
 #     the machine does not keep files between calls unless the next comes within 30 s)
 #   PHASE=bench TASKS=...: on a machine that kept the pipeline's models, `compressor bench` of the
 #     GPU (teacher, kd student and chain, FP32 and BF16, batch 1 and 256), then of the server
-#     CPU (the teacher, its INT8, the chain INT8 and the student beside the peers made from the
-#     same teacher: PyTorch dynamic INT8, optimum O2 and O2 + INT8, INC; all cores, then 1 thread)
+#     CPU, all cores then 1 thread: the teacher, our fused INT8 of it and the chain INT8 beside
+#     the PEERS made from the same teacher (default PyTorch dynamic INT8, optimum O2 + INT8, INC);
+#     CPU_VARIANTS adds student-6L, BENCH=cpu skips the GPU, a task's finished bench is skipped
 #   PHASE=collect: only the tar of what exists (after a call cut off by its time limit).
 # Steps a warm machine finished are skipped, so a later call resumes an earlier one. OUT_DIR
 # must outlive the call: not the device tool's $OUT (emptied before each call); tar OUT_DIR
@@ -108,6 +109,9 @@ theseus() {  # task: BERT-of-Theseus 12 -> 6 from the teacher, constant rate 0.5
     && cp "$WORK/$task-theseus/metrics.json" "$OUT/$task-theseus-metrics.json"
 }
 failed() { echo "FAILED $1" >> "$OUT/logs/failed.txt"; }
+complete() {  # bench results file: written to the end (compressor bench marks a partial one)
+  [ -f "$1" ] && python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r.get("config",{}).get("complete",True) else 1)' "$1"
+}
 variants() {  # task kinds...: name=folder of each finished model of the given kinds
   local task=$1 kind; shift
   for kind in "$@"; do case $kind in
@@ -119,9 +123,12 @@ variants() {  # task kinds...: name=folder of each finished model of the given k
 }
 bench_cpu() {  # task: the server CPU, all cores then 1 thread; the peers made from the same teacher
   local task=$1
-  B=(python3 -m compressor bench $(variants $task teacher-int8 chain-int8 student-6L) --teacher "$WORK/$task"
-    --task $task --data-dir "$GLUE" --peers "${PEERS:-pytorch-int8,ort-o2,ort-o2-int8,inc-int8}"
-    --preset avx512_vnni --threads "$(nproc),1" --sentences ${SENTENCES:-200} --batch-sizes 32 --no-memory
+  complete "$OUT/bench-$task-cpu.json" && return 0
+  # the chain's INT8 belongs in the same run as the peers: wait for a call that finished it
+  done_ $task-chain-int8 quantize.json || { echo "bench-$task-cpu: no chain INT8 yet, skipped"; return 0; }
+  B=(python3 -m compressor bench $(variants $task ${CPU_VARIANTS:-teacher-int8 chain-int8}) --teacher "$WORK/$task"
+    --task $task --data-dir "$GLUE" --peers "${PEERS:-pytorch-int8,ort-o2-int8,inc-int8}"
+    --preset avx512_vnni --threads "$(nproc),1" --sentences ${SENTENCES:-100} --batch-sizes 32 --no-memory
     --work-dir "$WORK/peers-$task" --out "$OUT/bench-$task-cpu.json")
   log "${B[@]}"
   "${B[@]}" > "$OUT/logs/bench-$task-cpu.log" 2>&1 && return 0
@@ -131,6 +138,7 @@ bench_cpu() {  # task: the server CPU, all cores then 1 thread; the peers made f
 }
 bench_gpu() {  # task: the GPU, FP32 and BF16, batch 1 and 256
   local task=$1
+  complete "$OUT/bench-$task-gpu.json" && return 0
   G=(python3 -m compressor bench $(variants $task student-6L chain) --teacher "$WORK/$task" --task $task
     --data-dir "$GLUE" --peers none --device cuda --precisions fp32,bf16 --threads 1
     --sentences ${SENTENCES:-200} --batch-sizes 256 --no-memory --out "$OUT/bench-$task-gpu.json")
@@ -159,7 +167,8 @@ students|pipeline)
   done
   wait ;;
 bench)  # on a machine that kept the pipeline's models: GPU first (quick), then the server CPU
-  [ "$DEVICE" = cuda ] && for task in $TASKS; do bench_gpu $task; done
+  # BENCH=cpu: the server CPU only (a task whose GPU bench an earlier run made)
+  [ "$DEVICE" = cuda ] && [ "${BENCH:-gpu cpu}" != cpu ] && for task in $TASKS; do bench_gpu $task; done
   for task in $TASKS; do bench_cpu $task; done ;;
 collect) ;;  # only what comes back (below), e.g. after a call that ran out of time
 chain)  # on a machine that kept the students phase's models
