@@ -71,13 +71,17 @@ def _edge(task):
     return rows
 
 
-def _plant_pipeline(root, chain_int8=("stsb", "cola"), chain=-1.5):
-    """pipeline3/: every task's teacher (the server's scores), 6L-kd (-2), chain-hf (-1) and chain
-    (``chain`` points below the teacher); the teacher's INT8 on rte, sst2, stsb (-0.3); the chain's
-    INT8 on ``chain_int8`` (0.1 below the FP32 chain)."""
-    pipe = root / "pipeline3"
+def _plant_pipeline(root, chain_int8=("stsb", "cola"), chain=-1.5, run="pipeline3", tasks=None, shift=0.0):
+    """``run``/ (pipeline3 by default): each of ``tasks``' (all five) teacher (the server's scores +
+    ``shift``), 6L-kd (-2), chain-hf (-1) and chain (``chain`` points below the teacher); the
+    teacher's INT8 on rte, sst2, stsb (-0.3); the chain's INT8 on ``chain_int8`` (0.1 below the FP32
+    chain)."""
+    pipe = root / run
     pipe.mkdir(parents=True, exist_ok=True)
     for t, score in TEACHER.items():
+        if tasks is not None and t not in tasks:
+            continue
+        score += shift
         files = {f"{t}-metrics.json": (score, 100_000_000, {}),
                  f"{t}-6L-kd-metrics.json": (score - 2, 60_000_000, {}),
                  f"{t}-chain-hf-metrics.json": (score - 1, 40_000_000,
@@ -277,7 +281,7 @@ def test_the_pipeline_glue5_table_and_targets_a_and_e_on_it(edge_folder, tmp_pat
     assert rows["chain-int8"]["missing_tasks"] == ["sst2", "mrpc", "rte"]
     # (a): no INT8 chain on all five tasks, so the FP32 chain's figure, labelled, below 99%: not met
     verdict = {(t["machine_key"], t["id"]): t for t in rep["targets"]}
-    a, e = verdict["pipeline3", "a"], verdict["pipeline3", "e"]
+    a, e = verdict["pipeline", "a"], verdict["pipeline", "e"]
     assert a["verdict"] == "not met" and a["value_of"] == "chain (FP32)"
     assert a["value"] == pytest.approx((mean - 1.5) / mean, abs=1e-6)
     assert "the chain in FP32 (its INT8 score is known for stsb, cola only)" in a["figures"]
@@ -294,7 +298,7 @@ def test_target_a_on_the_int8_chain_when_all_five_are_scored(folder, tmp_path):
         os.remove(folder / "server" / f)   # no machine has five tasks: (a) only from pipeline3
     _plant_pipeline(folder, chain_int8=tuple(TEACHER), chain=-0.2)
     _, rep, _ = _run(folder, tmp_path / "out")
-    a = next(t for t in rep["targets"] if (t["machine_key"], t["id"]) == ("pipeline3", "a"))
+    a = next(t for t in rep["targets"] if (t["machine_key"], t["id"]) == ("pipeline", "a"))
     mean = sum(TEACHER.values()) / 5
     assert a["value_of"] == "chain-int8" and a["value"] == pytest.approx((mean - 0.3) / mean, abs=1e-6)
     assert a["verdict"] == "met"
@@ -304,6 +308,35 @@ def test_an_fp32_chain_above_the_target_leaves_a_not_computed(folder, tmp_path):
     os.remove(folder / "server" / "bench-cola-cpu.json")
     _plant_pipeline(folder, chain_int8=("stsb",), chain=-0.2)
     _, rep, _ = _run(folder, tmp_path / "out")
-    a = next(t for t in rep["targets"] if (t["machine_key"], t["id"]) == ("pipeline3", "a"))
+    a = next(t for t in rep["targets"] if (t["machine_key"], t["id"]) == ("pipeline", "a"))
     assert a["value_of"] == "chain (FP32)" and a["value"] > 0.99 and a["verdict"] == "not computed"
 
+
+
+def test_each_task_takes_all_its_scores_from_the_newest_run_with_its_teacher(edge_folder, tmp_path):
+    """pipeline4/ holds SST-2 and RTE (teachers one point higher, no INT8 chain); pipeline3/ has an
+    INT8 chain for SST-2 too: SST-2's scores all come from pipeline4, none from pipeline3."""
+    _plant_pipeline(edge_folder, chain_int8=("sst2", "stsb", "cola"))
+    _plant_pipeline(edge_folder, chain_int8=(), run="pipeline4", tasks=("sst2", "rte"), shift=1.0)
+    _, rep, md = _run(edge_folder, tmp_path / "out")
+    assert rep["pipeline_runs"] == {"sst2": "pipeline4", "mrpc": "pipeline3", "stsb": "pipeline3",
+                                    "rte": "pipeline4", "cola": "pipeline3"}
+    rows = {r["model"]: r for r in rep["pipeline"]}
+    assert rows["teacher"]["tasks"]["sst2"] == pytest.approx(TEACHER["sst2"] + 1)
+    assert rows["teacher"]["tasks"]["mrpc"] == pytest.approx(TEACHER["mrpc"])
+    assert rows["chain"]["retention_tasks"]["sst2"] == pytest.approx((TEACHER["sst2"] - 0.5) / (TEACHER["sst2"] + 1))
+    # pipeline3's SST-2 INT8 chain belongs to another teacher's run: left missing, not borrowed
+    assert "sst2" in rows["chain-int8"]["missing_tasks"]
+    assert "`pipeline4/{task}-metrics.json` (sst2, rte)" in rows["teacher"]["file"]
+    edge = {ln["label"]: ln for ln in _machine(rep, "edge-cpu-1t")["tasks"]["sst2"]}
+    assert edge["teacher"]["score_from"] == "pipeline4/sst2-metrics.json"
+    assert edge["chain-int8"]["value"] is None
+    assert "no `pipeline4/sst2-chain-int8-quantize.json`" in edge["chain-int8"]["score_note"]
+
+
+def test_other_systems_leave_out_the_cells_the_pipeline_table_shows():
+    summary = {"rows": [{"name": f"{run}/{t}/chain", "value": 80.0, "teacher_value": 90.0, "extra": {}}
+                        for run in ("pipeline3", "pipeline4") for t in ("sst2", "stsb")]}
+    got = {m["run"]: m["tasks"] for m in report.other_systems(summary, {"sst2": "pipeline4",
+                                                                                  "stsb": "pipeline3"})}
+    assert got == {"pipeline3": {"sst2": 80.0}, "pipeline4": {"stsb": 80.0}}

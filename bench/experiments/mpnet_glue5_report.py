@@ -15,13 +15,15 @@ computes nothing in their place):
   randomly initialised copies with the trained models' exact shapes
   (``bench/experiments/mpnet_glue5_latency.py``): their ``value`` is null, and each variant's score
   is the trained model's from the server bench of the same task (``EDGE_NAMES`` says which); where
-  the server bench has none, the same model's from ``pipeline3/`` (``EDGE_PIPELINE``: ``teacher`` <-
+  the server bench has none, the same model's from the task's pipeline run (below;
+  ``EDGE_PIPELINE``: ``teacher`` <-
   ``{task}-metrics.json``, ``teacher-int8`` <- ``{task}-int8-quantize.json``, ``chain-int8`` <-
   ``{task}-chain-int8-quantize.json``, each only where its parameter count, and for the chain its
   heads, FFN widths and vocabulary, match the timed copy). Nothing else falls back: a peer, or a
   model whose own file is missing, stays unscored, never taking another model's score (the FP32
   chain's for ``chain-int8``, say). Every line records where its score came from (``score_from``);
-- ``pipeline3/{task}-metrics.json``, ``-6L-kd-metrics.json``, ``-chain-hf-metrics.json``,
+- the pipeline runs, ``pipeline4/`` else ``pipeline3/`` (per task the newest run with that task's
+  teacher; all of a task's scores from that one run): ``{task}-metrics.json``, ``-6L-kd-metrics.json``, ``-chain-hf-metrics.json``,
   ``-chain-metrics.json``, ``-int8-quantize.json``, ``-chain-int8-quantize.json``: the GPU pipeline's
   dev scores (``score``, points) of the teacher, the 6-layer kd student, the chain's steps in PyTorch
   FP32 and the teacher and chain as fused INT8 ONNX; their own table ("GLUE-5 of the pipeline's
@@ -30,7 +32,7 @@ computes nothing in their place):
   the INT8 chain's GLUE-5, or without it on the FP32 chain's, so labelled, "not met" only where even
   that is below the target);
 - ``summary.json`` (``bench/experiments/mpnet_glue5_summary.py``): dev scores of the other runs;
-- ``server/commands-*.txt``, ``pipeline3/commands-*.txt`` and ``latency-commands.sh``: the
+- ``server/commands-*.txt``, the runs' ``commands-*.txt`` and ``latency-commands.sh``: the
   commands, for "how to rerun".
 
 Targets (b), (c) and (d) need latency and sizes only: a CPU machine with all five tasks timed gets
@@ -69,8 +71,12 @@ TARGETS = {"retention": 0.99, "speedup": 15.0, "peer": 2.5, "size": 10.0, "stude
 EDGE_NAMES = {"teacher": "teacher", "teacher-int8": "teacher-int8", "chain-int8": "chain-int8",
               "pytorch-int8": "pytorch-int8", "ort-o2": "ort-o2", "ort-o2-int8": "ort-o2-int8",
               "inc-int8": "inc-int8", "student6-int8": None}
-# the GPU pipeline's dev scores (no latency): (model, file under ``pipeline3/``, what it is)
-PIPELINE = "pipeline3"
+# the GPU pipeline's dev scores (no latency): the runs' folders, newest first; each task's scores
+# all come from one run, the newest that has the task's teacher (retention is against the teacher
+# of the same run). PIPELINE labels their rows.
+PIPELINES = ("pipeline4", "pipeline3")
+PIPELINE = "pipeline"
+# (model, file under the run's folder, what it is)
 PIPELINE_MODELS = (
     ("teacher", "{task}-metrics.json", "the teacher, PyTorch FP32"),
     ("6L-kd", "{task}-6L-kd-metrics.json", "the 6-layer kd student, PyTorch FP32"),
@@ -81,7 +87,7 @@ PIPELINE_MODELS = (
 )
 PIPELINE_FILES = {model: pattern for model, pattern, _ in PIPELINE_MODELS}
 PIPELINE_STUDENT = "6L-kd"
-# the edge variant -> (the pipeline3 model of the same weights and precision, that precision): the
+# the edge variant -> (the pipeline model of the same weights and precision, that precision): the
 # score it takes when the server bench has none. Nothing else falls back: a peer, or a model whose
 # own score is missing, stays unscored (never another model's score in its place).
 EDGE_PIPELINE = {"teacher": ("teacher", "fp32"), "teacher-int8": ("teacher-int8", "int8-dynamic"),
@@ -122,20 +128,45 @@ def load(folder: str) -> Tuple[Dict[str, Dict[str, dict]], Optional[dict], List[
     return docs, summary, missing
 
 
+def pipeline_runs(folder: str) -> Dict[str, str]:
+    """Each task's pipeline run: the first folder of ``PIPELINES`` that holds its teacher's file."""
+    runs = {}
+    for task in TASKS:
+        for run in PIPELINES:
+            if os.path.isfile(os.path.join(folder, run, PIPELINE_FILES["teacher"].format(task=task))):
+                runs[task] = run
+                break
+    return runs
+
+
+def _runs_text(runs: Dict[str, str], pattern: Optional[str] = None) -> str:
+    """``pipeline4/`` (sst2, mrpc), ``pipeline3/`` (stsb), or with ``pattern`` each run's file pattern."""
+    by: Dict[str, List[str]] = {}
+    for task in TASKS:
+        if task in runs:
+            by.setdefault(runs[task], []).append(task)
+    return ", ".join(f"`{run}/{pattern or ''}` ({', '.join(tasks)})" for run, tasks in by.items()) \
+        or "no pipeline run (" + ", ".join(f"`{r}/`" for r in PIPELINES) + ")"
+
+
 def load_pipeline(folder: str) -> Tuple[Dict[str, Dict[str, dict]], List[str]]:
-    """``pipeline3/``'s dev scores: by model and task, each entry's score, parameters, size, file
-    and (the chain's files) the shape; and what is missing or unreadable."""
-    root = os.path.join(folder, PIPELINE)
-    if not os.path.isdir(root):
-        return {}, [f"pipeline dev scores: no `{PIPELINE}/` folder"]
-    out: Dict[str, Dict[str, dict]] = {}
+    """The pipeline runs' dev scores (``pipeline_runs``: per task, one run): by model and task, each
+    entry's score, parameters, size, file and (the chain's files) the shape, plus ``runs`` (task ->
+    run folder); and what is missing or unreadable."""
+    runs = pipeline_runs(folder)
+    if not runs:
+        return {"runs": {}}, [f"pipeline dev scores: no teacher in {_runs_text(runs)}"]
+    out: Dict[str, Dict[str, dict]] = {"runs": runs}
     missing: List[str] = []
+    no_run = [t for t in TASKS if t not in runs]
+    if no_run:
+        missing.append(f"pipeline dev scores: no run has a teacher for {', '.join(no_run)}")
     for model, pattern, what in PIPELINE_MODELS:
         out[model] = {}
         absent = []
-        for task in TASKS:
-            name = pattern.format(task=task)
-            path = os.path.join(root, name)
+        for task in runs:
+            name = f"{runs[task]}/{pattern.format(task=task)}"
+            path = os.path.join(folder, name)
             if not os.path.isfile(path):
                 absent.append(task)
                 continue
@@ -146,17 +177,17 @@ def load_pipeline(folder: str) -> Tuple[Dict[str, Dict[str, dict]], List[str]]:
                 if not isinstance(score, (int, float)) or isinstance(score, bool):
                     raise ValueError("no numeric `score`")
             except (OSError, ValueError, AttributeError) as exc:
-                missing.append(f"`{PIPELINE}/{name}` unreadable: {exc}")
+                missing.append(f"`{name}` unreadable: {exc}")
                 continue
             pruning = doc.get("pruning") or {}
             shape = {"heads": pruning.get("heads_after"), "ffn": pruning.get("ffn_after"),
                      "vocab": pruning.get("pieces_after")}
             out[model][task] = {"score": float(score), "parameters": doc.get("parameters"),
-                                "size_bytes": doc.get("size_bytes"), "file": f"{PIPELINE}/{name}",
+                                "size_bytes": doc.get("size_bytes"), "file": name,
                                 "shape": {k: v for k, v in shape.items() if v is not None}}
         if absent:
-            missing.append(f"pipeline dev scores ({what}): no `{PIPELINE}/{pattern}` for "
-                           f"{'any task' if len(absent) == len(TASKS) else ', '.join(absent)}")
+            missing.append(f"pipeline dev scores ({what}): no "
+                           + _runs_text({t: runs[t] for t in absent}, pattern))
     return out, missing
 
 
@@ -204,7 +235,7 @@ def task_lines(doc: dict, machine: dict, server: Optional[dict] = None,
     """One line per variant of one task on one machine, each with where its score came from
     (``score_from``, a file under the results folder). An edge line takes its score from ``server``
     (the server bench of the same task, None if there is none), else from ``pipeline`` (the
-    pipeline3 file of the same model, ``EDGE_PIPELINE``), else has none (``score_note`` says why)."""
+    pipeline run's file of the same model, ``EDGE_PIPELINE``), else has none (``score_note`` says why)."""
     task = task or next((r.get("task") for r in doc["rows"] if r.get("task")), None)
     rows = [r for r in doc["rows"] if machine["threads"] is None or r.get("threads") == machine["threads"]]
     lines: Dict[Key, dict] = {}
@@ -231,7 +262,7 @@ def task_lines(doc: dict, machine: dict, server: Optional[dict] = None,
 
 def _edge_score(line: dict, task: Optional[str], server: Optional[dict],
                 pipeline: Optional[Dict[str, Dict[str, dict]]], chain_shape: Optional[dict]) -> None:
-    """An edge line's score: the server bench's, else the pipeline3 file of the same model; else None."""
+    """An edge line's score: the server bench's, else the pipeline run's file of the same model; else None."""
     _score_from_server(line, server, task)
     if line["value"] is not None:
         return
@@ -239,8 +270,9 @@ def _edge_score(line: dict, task: Optional[str], server: Optional[dict],
     if model is None or precision != line["precision"]:
         if line["group"] == "peer":
             line["score_note"] += "; a peer is scored by the server bench only"
-        return   # a peer, or a model pipeline3 does not score: the server bench's note stands
-    pattern = f"{PIPELINE}/" + PIPELINE_FILES[model]
+        return   # a peer, or a model the pipeline does not score: the server bench's note stands
+    run = ((pipeline or {}).get("runs") or {}).get(task)
+    pattern = f"{run or '(no pipeline run)'}/" + PIPELINE_FILES[model]
     entry = (pipeline or {}).get(model, {}).get(task)
     why = None
     if entry is None:
@@ -253,7 +285,7 @@ def _edge_score(line: dict, task: Optional[str], server: Optional[dict],
         differ = [k for k in ("heads", "ffn", "vocab")
                   if k in theirs and (chain_shape or {}).get(k) is not None and theirs[k] != chain_shape[k]]
         if differ:
-            why = f"pipeline3's chain has other {'/'.join(differ)} than this copy: another model"
+            why = f"{run}'s chain has other {'/'.join(differ)} than this copy: another model"
     if why:
         line["score_note"] += f"; {why}"
         return
@@ -262,7 +294,7 @@ def _edge_score(line: dict, task: Optional[str], server: Optional[dict],
 
 
 def _pipeline_chain_shape(pipeline: Dict[str, Dict[str, dict]], task: Optional[str]) -> dict:
-    """The heads and FFN widths (the heads+FFN step's file) and vocabulary (the chain's) of pipeline3's chain."""
+    """The heads and FFN widths (the heads+FFN step's file) and vocabulary (the chain's) of the pipeline run's chain."""
     shape = dict((pipeline.get("chain-hf", {}).get(task) or {}).get("shape") or {})
     vocab = ((pipeline.get("chain", {}).get(task) or {}).get("shape") or {}).get("vocab")
     shape.pop("vocab", None)
@@ -442,13 +474,14 @@ def _why_not(g5: dict, teacher: Optional[dict], variant: Optional[dict], name: s
     return None
 
 
-# -- the pipeline's dev scores (pipeline3/, no latency) -----------------------------------
+# -- the pipeline runs' dev scores (no latency) -----------------------------------
 
 def pipeline_glue5(pipeline: Dict[str, Dict[str, dict]]) -> List[dict]:
-    """Per pipeline3 model: the score of each task, retention against the same task's teacher, the
+    """Per pipeline model: the score of each task, retention against the same task's teacher, the
     GLUE-5 mean and its retention against the teachers' GLUE-5 (where all five are there), the tasks
     missing."""
     teacher = {t: e["score"] for t, e in pipeline.get("teacher", {}).items()}
+    runs = pipeline.get("runs") or {}
     teacher5 = _mean([teacher.get(t) for t in TASKS])
     out = []
     for model, pattern, what in PIPELINE_MODELS:
@@ -456,7 +489,9 @@ def pipeline_glue5(pipeline: Dict[str, Dict[str, dict]]) -> List[dict]:
         scores = {t: got[t]["score"] for t in TASKS if t in got}
         missing = [t for t in TASKS if t not in scores]
         g5 = _mean([scores[t] for t in TASKS]) if not missing else None
-        out.append({"model": model, "what": what, "file": f"{PIPELINE}/{pattern}", "tasks": scores,
+        out.append({"model": model, "what": what, "file": _runs_text(runs, pattern), "tasks": scores,
+                    "missing_files": _runs_text({t: runs[t] for t in missing if t in runs}, pattern)
+                    if any(t in runs for t in missing) else None,
                     "retention_tasks": {t: _ratio(v, teacher.get(t)) for t, v in scores.items()},
                     "glue5": g5, "teacher_glue5": teacher5, "retention": _ratio(g5, teacher5),
                     "missing_tasks": missing,
@@ -465,14 +500,15 @@ def pipeline_glue5(pipeline: Dict[str, Dict[str, dict]]) -> List[dict]:
     return out
 
 
-def pipeline_targets(rows: List[dict], machine_targets: List[dict]) -> List[dict]:
+def pipeline_targets(rows: List[dict], machine_targets: List[dict], runs: Dict[str, str]) -> List[dict]:
     """(a) and (e) on the pipeline's dev scores, for each that no CPU machine could compute: (a) on
     the INT8 chain where all five tasks have its score, else on the chain in FP32, labelled so (and
     "not met" only where that FP32 figure is already below the target; the INT8 figure stays not
     computed); (e) on the 6-layer kd student."""
     by = {r["model"]: r for r in rows}
     computed = {t["id"] for t in machine_targets if t["verdict"] != "not computed"}
-    where = f"{PIPELINE} (dev scores, no latency)"
+    where = f"the pipeline runs ({', '.join(dict.fromkeys(runs[t] for t in TASKS if t in runs))}; dev scores, no latency)"
+    in_runs = "in " + (_runs_text(runs) if runs else "no pipeline run")
     out = []
     teacher = by.get("teacher")
     no_teacher = ("teacher (PyTorch FP32) missing on " + ", ".join(teacher["missing_tasks"])) \
@@ -483,7 +519,7 @@ def pipeline_targets(rows: List[dict], machine_targets: List[dict]) -> List[dict
         if ci and ci["retention"] is not None:
             t = _target("a", what, ci["retention"], TARGETS["retention"],
                         lambda: f"{CHAIN} {_num(ci['glue5'])} / teacher {_num(ci['teacher_glue5'])} "
-                                f"= {_pct(ci['retention'])} (`{ci['file']}`)", "")
+                                f"= {_pct(ci['retention'])} ({ci['file']})", "")
             out.append({**t, "value_of": CHAIN})
         else:
             known = [t for t in TASKS if ci and t in ci["tasks"]]
@@ -495,20 +531,20 @@ def pipeline_targets(rows: List[dict], machine_targets: List[dict]) -> List[dict
                 figures = (f"the chain in FP32 ({int8}): chain {_num(c['glue5'])} / teacher "
                            f"{_num(c['teacher_glue5'])} = {_pct(r)}; the INT8 figure ({CHAIN}'s GLUE-5 "
                            f"retention) is not computed"
-                           + (f" (no `{ci['file']}` for {', '.join(ci['missing_tasks'])})" if ci else "")
+                           + (f" (no {ci['missing_files']})" if ci and ci["missing_files"] else "")
                            + ("; the FP32 chain is below the target" if verdict == "not met"
                               else "; the FP32 chain meets it, so the verdict waits for the INT8 scores"))
                 out.append({"id": "a", "target": what, "value": r, "threshold": TARGETS["retention"],
                             "verdict": verdict, "figures": figures, "value_of": "chain (FP32)"})
             else:
                 reason = no_teacher or (f"no chain score on {', '.join(c['missing_tasks'])} and {int8}" if c
-                                        else "no chain in pipeline3")
+                                        else f"no chain {in_runs}")
                 out.append({**_target("a", what, None, TARGETS["retention"], None, reason), "value_of": None})
     if "e" not in computed:
         what = f"a 6-layer student ({PIPELINE_STUDENT}) at >= {_pct(TARGETS['student'])} GLUE-5 retention"
         st = by.get(PIPELINE_STUDENT)
         reason = no_teacher or (f"no {PIPELINE_STUDENT} score on {', '.join(st['missing_tasks'])}" if st
-                                else f"no {PIPELINE_STUDENT} in pipeline3")
+                                else f"no {PIPELINE_STUDENT} {in_runs}")
         t = _target("e", what, st and st["retention"], TARGETS["student"],
                     lambda: f"{PIPELINE_STUDENT} {_num(st['glue5'])} / teacher {_num(st['teacher_glue5'])} "
                             f"= {_pct(st['retention'])}", reason)
@@ -535,8 +571,10 @@ def gpu_throughput(per_task: Dict[str, List[dict]], g5: dict) -> List[dict]:
 
 # -- other systems (summary.json) ----------------------------------------------------
 
-def other_systems(summary: Optional[dict]) -> List[dict]:
-    """summary.json's models by run: the score on each task, GLUE-5 where all five are there."""
+def other_systems(summary: Optional[dict], shown: Optional[Dict[str, str]] = None) -> List[dict]:
+    """summary.json's models by run: the score on each task, GLUE-5 where all five are there. A task
+    of a run the pipeline table shows already (``shown``: task -> run) is left out here."""
+    shown = shown or {}
     if summary is None:
         return []
     models: Dict[Tuple[str, str], dict] = {}
@@ -544,6 +582,8 @@ def other_systems(summary: Optional[dict]) -> List[dict]:
         if r["name"].count("/") < 2:   # not a run/task/model row
             continue
         run, task, model = r["name"].rsplit("/", 2)
+        if shown.get(task) == run:
+            continue
         m = models.setdefault((run, model), {"run": run, "model": model, "label": (r.get("extra") or {}).get("label"),
                                              "tasks": {}, "teacher": {}})
         m["tasks"][task], m["teacher"][task] = r["value"], r.get("teacher_value")
@@ -564,7 +604,8 @@ def build(folder: str) -> dict:
     report = {"folder": folder, "edge_names": EDGE_NAMES,
               "edge_pipeline": {e: m for e, (m, _) in EDGE_PIPELINE.items()}, "targets_thresholds": TARGETS,
               "missing": missing + pipeline_missing, "machines": [], "targets": [], "gpu_throughput": [],
-              "pipeline": pipeline_glue5(pipeline), "other_systems": other_systems(summary),
+              "pipeline_runs": pipeline.get("runs") or {}, "pipeline": pipeline_glue5(pipeline),
+              "other_systems": other_systems(summary, pipeline.get("runs") or {}),
               "summary_glue5": (summary or {}).get("glue5"), "fingerprints": _fingerprints(docs),
               "commands": commands(folder, docs, summary)}
     for m in machines(docs):
@@ -577,7 +618,7 @@ def build(folder: str) -> dict:
             report["gpu_throughput"] = gpu_throughput(per_task, g5)
         else:
             report["targets"] += targets(m, g5)
-    report["targets"] += pipeline_targets(report["pipeline"], report["targets"])
+    report["targets"] += pipeline_targets(report["pipeline"], report["targets"], pipeline.get("runs") or {})
     report["plot"] = [{k: v for k, v in p.items() if k != "lines"} for p in plot_panels(report)]
     return report
 
@@ -585,7 +626,8 @@ def build(folder: str) -> dict:
 def commands(folder: str, docs: Dict[str, Dict[str, dict]], summary: Optional[dict]) -> dict:
     """The command files found (their text) and each results file's own command."""
     files = sorted(glob.glob(os.path.join(folder, "server", "commands-*.txt")))
-    files += sorted(glob.glob(os.path.join(folder, PIPELINE, "commands-*.txt")))
+    for run in PIPELINES:
+        files += sorted(glob.glob(os.path.join(folder, run, "commands-*.txt")))
     latency = os.path.join(folder, "latency-commands.sh")
     if os.path.isfile(latency):
         files.append(latency)
@@ -628,8 +670,8 @@ def markdown(report: dict, plot_file: Optional[str] = None) -> str:
              "(identical weights score identically). Edge names map to server names as: "
              + ", ".join(f"`{e}` -> " + (f"`{s}`" if s else "none (unscored)") for e, s in report["edge_names"].items())
              + f". Where the server bench has no score, the same model's score comes from the GPU pipeline's "
-             f"own dev evaluation in `{PIPELINE}/`: "
-             + ", ".join(f"`{e}` <- `{PIPELINE}/{PIPELINE_FILES[pm]}`"
+             f"own dev evaluation in the task's pipeline run ({_runs_text(report['pipeline_runs'])}): "
+             + ", ".join(f"`{e}` <- `{PIPELINE_FILES[pm]}`"
                          for e, pm in report["edge_pipeline"].items())
              + " (and only where its parameter count, and for the chain its heads, FFN widths and vocabulary, match "
              "the timed copy); any other variant, peers included, stays unscored: no model takes another's score. "
@@ -681,7 +723,7 @@ def _targets_section(report: dict) -> List[str]:
            f"{', '.join(PEERS)} present on all five tasks; (c) compares with it whatever its score, (c') with the "
            f"fastest peer scoring at least the chain). Where a machine has all five tasks' latency and sizes but "
            f"not their scores, (b), (c) and (d) are still computed (they need no score); (a), (c') and (e) are "
-           f"not. Where no CPU machine can check (a) or (e), the `{PIPELINE}` rows check them on the pipeline's "
+           f"not. Where no CPU machine can check (a) or (e), the pipeline rows check them on the pipeline runs' "
            f"dev scores (next section).", "",
            "| target | machine | figures | verdict |", "|---|---|---|---|"]
     for m in report["machines"]:
@@ -701,11 +743,13 @@ def _targets_section(report: dict) -> List[str]:
 def _pipeline_section(report: dict) -> List[str]:
     rows = report["pipeline"]
     out = ["## GLUE-5 of the pipeline's models (dev scores, no latency)", "",
-           f"From `{PIPELINE}/` (the GPU pipeline's own evaluation of each model on the dev split): each "
+           f"From the GPU pipeline runs, {_runs_text(report['pipeline_runs'])} (per task the newest run "
+           f"with that task's teacher, all of a task's scores from that run; each model's own evaluation "
+           f"on the dev split): each "
            f"task's score (its retention against the same task's teacher in brackets), the GLUE-5 mean where "
            f"all five tasks are there, and its retention against the teachers' GLUE-5.", ""]
     if not any(r["tasks"] for r in rows):
-        return out + [f"Not computed: no `{PIPELINE}/` scores.", ""]
+        return out + ["Not computed: no pipeline run's scores.", ""]
     out += ["| model | what | " + " | ".join(TASKS) + " | GLUE-5 | retention | missing | file |",
             "|---|---|" + "---:|" * (len(TASKS) + 2) + "---|---|"]
     for r in rows:
@@ -713,7 +757,7 @@ def _pipeline_section(report: dict) -> List[str]:
                  if t in r["tasks"] else "-" for t in TASKS]
         out.append(f"| {r['model']} | {r['what']} | " + " | ".join(cells)
                    + f" | {_num(r['glue5']) or 'n/a'} | {_pct(r['retention']) or 'n/a'} "
-                     f"| {', '.join(r['missing_tasks']) or '-'} | `{r['file']}` |")
+                     f"| {', '.join(r['missing_tasks']) or '-'} | {r['file']} |")
     return out + ["", "GLUE-5 is left n/a for a model missing a task: it is never filled in with another "
                       "model's score.", ""]
 
@@ -828,7 +872,7 @@ def _int(n: Optional[float]) -> str:
 def plot_panels(report: dict) -> List[dict]:
     """The plot's six panels (each task, then GLUE-5), each from the server CPU at 1 thread where that
     panel has scored points there, else the edge CPU at 1 thread (its scores: the server bench's, else
-    pipeline3's of the same model), else whichever has lines (latency only). ``left_out``: the labels
+    the pipeline run's of the same model), else whichever has lines (latency only). ``left_out``: the labels
     of the timed variants without a score, which are not drawn."""
     by = {m["key"]: m for m in report["machines"]}
     candidates = [by[k] for k in ("server-cpu-1t", "edge-cpu-1t") if k in by]

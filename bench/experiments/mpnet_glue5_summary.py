@@ -13,6 +13,11 @@ SST-2 (not run there) finished. The SST-2 kd student of 2 epochs is the earlier 
 once more on two machines of one session, with Theseus left out: CoLA, MRPC and RTE on an H100
 (the machine's own transformers 5.17), SST-2 and STS-B on an H200 (the pinned stack, carried as
 wheels), each task's chain against the teacher of its own run: the first GLUE-5 of the chain.
+``pipeline4/`` is the pipeline again on two H200 machines of one later session, all on the pinned
+stack: RTE, MRPC and CoLA on the first (beside the server-CPU bench of RTE), SST-2 on the
+second; the second's MRPC, a repeat of the same commands, is ``pipeline4/mrpc-repeat/`` (the
+spread of one rerun). ``pipeline4`` has no STS-B; the headline report takes STS-B from
+``pipeline3`` (the same stack on an H200).
 Dev is scored once per run, at the end; nothing is chosen on dev.
 """
 from __future__ import annotations
@@ -33,6 +38,8 @@ RUNS = (  # (label, folder under the results root, the models each task may have
     ("students", "students", MODELS),
     ("pipeline", "pipeline", MODELS),
     ("pipeline3", "pipeline3", MODELS),
+    ("pipeline4", "pipeline4", MODELS),
+    ("pipeline4 MRPC repeat", os.path.join("pipeline4", "mrpc-repeat"), MODELS),
     ("earlier session", os.path.join("..", "mpnet-glue5-h100"), (("6L", MODELS[0][1] + ", 2-5 epochs"),)),
 )
 
@@ -103,10 +110,12 @@ def main(root: str) -> dict:
     summary = {"teachers_students_run": glue5(entries, "students", "teacher"),
                "kd_6L_students": kd5, "pkd_6L_students_run": glue5(entries, "students", "6L-pkd"),
                **{f"pipeline3_{m}": glue5(entries, "pipeline3", m)
+                  for m in ("teacher", "6L-kd", "chain-hf", "chain", "chain-int8", "teacher-int8")},
+               **{f"pipeline4_{m}": glue5(entries, "pipeline4", m)
                   for m in ("teacher", "6L-kd", "chain-hf", "chain", "chain-int8", "teacher-int8")}}
     out = os.path.join(root, "summary.json")
     write_results(out, rows, command="python -m bench.experiments.mpnet_glue5_summary bench/results/mpnet-glue5",
-                  fingerprint_info={"machine": "one NVIDIA H100 or H200 (device tool; pipeline3 says which per task), bf16 autocast"},
+                  fingerprint_info={"machine": "one NVIDIA H100 or H200 (device tool; pipeline3 and pipeline4 say which per task), bf16 autocast"},
                   what="MPNet-base GLUE-5: teachers, 6-layer students, Theseus and the chain (accuracy)",
                   glue5=summary)
     lines = ["| task | run | model | dev score | teacher | retention | parameters |", "|---|---|---|---:|---:|---:|---:|"]
