@@ -22,8 +22,8 @@ computes nothing in their place):
   heads, FFN widths and vocabulary, match the timed copy). Nothing else falls back: a peer, or a
   model whose own file is missing, stays unscored, never taking another model's score (the FP32
   chain's for ``chain-int8``, say). Every line records where its score came from (``score_from``);
-- the pipeline runs, ``pipeline4/`` else ``pipeline3/`` (per task the newest run with that task's
-  teacher; all of a task's scores from that one run): ``{task}-metrics.json``, ``-6L-kd-metrics.json``, ``-chain-hf-metrics.json``,
+- the pipeline runs, ``pipeline<N>/`` (per task the newest, highest N, with that task's teacher;
+  all of a task's scores from that one run): ``{task}-metrics.json``, ``-6L-kd-metrics.json``, ``-chain-hf-metrics.json``,
   ``-chain-metrics.json``, ``-int8-quantize.json``, ``-chain-int8-quantize.json``: the GPU pipeline's
   dev scores (``score``, points) of the teacher, the 6-layer kd student, the chain's steps in PyTorch
   FP32 and the teacher and chain as fused INT8 ONNX; their own table ("GLUE-5 of the pipeline's
@@ -71,10 +71,10 @@ TARGETS = {"retention": 0.99, "speedup": 15.0, "peer": 2.5, "size": 10.0, "stude
 EDGE_NAMES = {"teacher": "teacher", "teacher-int8": "teacher-int8", "chain-int8": "chain-int8",
               "pytorch-int8": "pytorch-int8", "ort-o2": "ort-o2", "ort-o2-int8": "ort-o2-int8",
               "inc-int8": "inc-int8", "student6-int8": None}
-# the GPU pipeline's dev scores (no latency): the runs' folders, newest first; each task's scores
-# all come from one run, the newest that has the task's teacher (retention is against the teacher
-# of the same run). PIPELINE labels their rows.
-PIPELINES = ("pipeline4", "pipeline3")
+# the GPU pipeline's dev scores (no latency): the runs' folders ``pipeline<N>/``, newest (highest N)
+# first; each task's scores all come from one run, the newest that has the task's teacher
+# (retention is against the teacher of the same run). PIPELINE labels their rows.
+PIPELINE_RUN = re.compile(r"pipeline(\d+)")
 PIPELINE = "pipeline"
 # (model, file under the run's folder, what it is)
 PIPELINE_MODELS = (
@@ -128,11 +128,18 @@ def load(folder: str) -> Tuple[Dict[str, Dict[str, dict]], Optional[dict], List[
     return docs, summary, missing
 
 
+def pipeline_folders(folder: str) -> List[str]:
+    """The pipeline runs' folders under ``folder`` (``pipeline<N>``), newest first."""
+    found = [(int(m.group(1)), name) for name in os.listdir(folder) if os.path.isdir(os.path.join(folder, name))
+             for m in [PIPELINE_RUN.fullmatch(name)] if m] if os.path.isdir(folder) else []
+    return [name for _, name in sorted(found, reverse=True)]
+
+
 def pipeline_runs(folder: str) -> Dict[str, str]:
-    """Each task's pipeline run: the first folder of ``PIPELINES`` that holds its teacher's file."""
+    """Each task's pipeline run: the newest ``pipeline<N>/`` that holds its teacher's file."""
     runs = {}
     for task in TASKS:
-        for run in PIPELINES:
+        for run in pipeline_folders(folder):
             if os.path.isfile(os.path.join(folder, run, PIPELINE_FILES["teacher"].format(task=task))):
                 runs[task] = run
                 break
@@ -146,7 +153,7 @@ def _runs_text(runs: Dict[str, str], pattern: Optional[str] = None) -> str:
         if task in runs:
             by.setdefault(runs[task], []).append(task)
     return ", ".join(f"`{run}/{pattern or ''}` ({', '.join(tasks)})" for run, tasks in by.items()) \
-        or "no pipeline run (" + ", ".join(f"`{r}/`" for r in PIPELINES) + ")"
+        or "no pipeline run (`pipeline<N>/`)"
 
 
 def load_pipeline(folder: str) -> Tuple[Dict[str, Dict[str, dict]], List[str]]:
@@ -626,7 +633,7 @@ def build(folder: str) -> dict:
 def commands(folder: str, docs: Dict[str, Dict[str, dict]], summary: Optional[dict]) -> dict:
     """The command files found (their text) and each results file's own command."""
     files = sorted(glob.glob(os.path.join(folder, "server", "commands-*.txt")))
-    for run in PIPELINES:
+    for run in pipeline_folders(folder):
         files += sorted(glob.glob(os.path.join(folder, run, "commands-*.txt")))
     latency = os.path.join(folder, "latency-commands.sh")
     if os.path.isfile(latency):

@@ -6,12 +6,15 @@
 #       bench/experiments/device_setup.sh put the pinned stack in ~/site): each task's teacher,
 #       6-layer kd student, Theseus 12 -> 6, the chain (heads+FFN halved with kd recovery,
 #       vocabulary), INT8 of teacher and chain; then the GPU bench (FP32/BF16, batch 1 and 256)
-#       and the server-CPU bench beside the peers (PyTorch INT8, optimum O2 and O2 + INT8, INC).
-#       Over an hour on one H100 (more than one device session: see README.md "Next runs"); copy RESULTS_DIR's *-metrics.json, *-quantize.json and
-#       commands-*.txt into bench/results/mpnet-glue5/pipeline3/ and its bench-*.json into
+#       and the server-CPU bench beside the peers (PyTorch INT8, optimum O2 + INT8, INC).
+#       Over an hour on one H100 or H200 (more than one device session: see README.md "Next
+#       runs"); copy RESULTS_DIR's *-metrics.json, *-quantize.json and commands-*.txt into a new
+#       bench/results/mpnet-glue5/pipeline<N>/ (N above the last: the report takes each task from
+#       the newest run that has its teacher) and its bench-*.json into
 #       bench/results/mpnet-glue5/server/.
 #   bash bench/results/mpnet-glue5/rerun.sh cpu MPNET_BASE GLUE_DIR
-#       on the edge CPU: latency of copies with the chains' shapes (read from pipeline3/), then
+#       on the edge CPU: latency of copies with the chains' shapes (read from the runs that
+#       latency-commands.sh names: point its --runs at the new pipeline<N>/), then
 #       the summary and the report (report.md, report.html, report.png, report.json).
 set -euo pipefail
 where=${1:?gpu or cpu}; base=${2:?the MPNet-base folder (../shared/tools/get-mpnet-teacher.sh)}
