@@ -155,8 +155,12 @@ def test_glue5_speedups_targets_and_pareto(folder, tmp_path):
     assert verdict["server-cpu-16t", "b"]["value"] == pytest.approx(8.0)
     assert verdict["server-cpu-1t", "c"]["verdict"] == "not met"        # ort-o2-int8: 10 / 5 = 2x
     assert verdict["server-cpu-1t", "c"]["value"] == pytest.approx(2.0)
-    assert verdict["server-cpu-1t", "c'"]["verdict"] == "met"           # pytorch-int8 scores more: 8x
-    assert verdict["server-cpu-1t", "c'"]["value"] == pytest.approx(8.0)
+    # (c'): the chain scores above ort-o2-int8 (the fastest peer) but is only 2x faster: not met;
+    # the iso-accuracy view names pytorch-int8 (scores more than the chain), 8x slower
+    assert verdict["server-cpu-1t", "c'"]["verdict"] == "not met"
+    assert verdict["server-cpu-1t", "c'"]["value"] == pytest.approx(2.0)
+    assert "the fastest peer scoring at least chain-int8 is pytorch-int8" in verdict["server-cpu-1t", "c'"]["figures"]
+    assert "8.0× slower" in verdict["server-cpu-1t", "c'"]["figures"]
     assert verdict["server-cpu-1t", "d"]["value"] == pytest.approx(400 / 30, abs=1e-3)
     assert verdict["server-cpu-1t", "e"]["verdict"] == "not met"
     assert "| (b) p50 batch-1 speed-up of chain-int8 vs teacher PyTorch FP32 >= 15.0× | server CPU, 1 thread " \
@@ -340,3 +344,18 @@ def test_other_systems_leave_out_the_cells_the_pipeline_table_shows():
     got = {m["run"]: m["tasks"] for m in report.other_systems(summary, {"sst2": "pipeline4",
                                                                                   "stsb": "pipeline3"})}
     assert got == {"pipeline3": {"sst2": 80.0}, "pipeline4": {"stsb": 80.0}}
+
+
+def test_peer_target_at_equal_score_needs_the_chain_to_score_at_least_the_fastest_peer():
+    def line(name, p50, value):
+        return {"name": name, "label": name, "p50": p50, "value": value}
+    g5 = {"lines": [line("ort-o2-int8", 30.0, 78.0), line("pytorch-int8", 40.0, 77.0)]}
+    c, c2 = report._peer_targets(g5, line("chain-int8", 10.0, 73.0), None)
+    assert c["verdict"] == "met" and c["value"] == pytest.approx(3.0)
+    assert c2["verdict"] == "not met" and c2["value"] == pytest.approx(3.0)   # 3x, but 5 points below
+    assert "scores 5.00 below the fastest peer" in c2["figures"]
+    assert "the fastest peer scoring at least chain-int8 is ort-o2-int8 (78.00, 30.00 ms, 3.0× slower)" in c2["figures"]
+    c, c2 = report._peer_targets(g5, line("chain-int8", 10.0, 78.5), None)
+    assert c2["verdict"] == "met" and "no peer reaches chain-int8's score" in c2["figures"]
+    _, c2 = report._peer_targets(g5, line("chain-int8", 10.0, None), None)
+    assert c2["verdict"] == "not computed"
