@@ -835,7 +835,9 @@ def _gpu_section(report: dict) -> List[str]:
             "|---|---|---:|---:|---:|---:|"]
     out += [f"| {r['task']} | {r['precision']} | {r['batch_size']} | {r['teacher']:.1f} | {r['chain']:.1f} "
             f"| {_x(r['ratio'])} |" for r in rows]
-    return out + ["", "GLUE-5: the ratio of the five tasks' mean throughputs.", ""]
+    return out + ["", "GLUE-5: the ratio of the five tasks' mean throughputs. A GPU bench times and scores the "
+                      "models of the run on the machine it ran on (its own scores, `server/bench-{task}-gpu.json`), "
+                      "which may be an earlier run than the pipeline table's.", ""]
 
 
 def _task_section(report: dict) -> List[str]:
