@@ -593,7 +593,7 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
     results: Dict[tuple, dict] = {}
     other_load: Dict[int, Optional[float]] = {}   # share of the CPU other processes used while timing
     for t_i, threads in enumerate(config.threads):
-        log(f"building {len(specs)} variants, each in its own process ({threads} thread{'s' if threads > 1 else ''})")
+        log(f"building {len(specs)} variant{'s' if len(specs) != 1 else ''}, each in its own process ({threads} thread{'s' if threads > 1 else ''})")
         with Workers(specs, threads) as workers:
             if t_i == 0 and config.memory:
                 for w in workers:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import List, Optional, Sequence
 
 from compressor.errors import CompressorError
@@ -75,7 +76,9 @@ def run_benchmark(models: Sequence[str] = (), teacher: Optional[str] = None,
     from compressor.results import write_results
     from compressor.scoring import _task_for
 
-    log = log or (lambda msg: print(msg, file=sys.stderr))
+    if log is None:   # each step with the seconds since the start: where a long run's time went
+        started = time.monotonic()
+        log = lambda msg: print(f"[{time.monotonic() - started:6.0f} s] {msg}", file=sys.stderr)  # noqa: E731
     config = config or BenchConfig()
     if device not in ("cpu", "cuda"):
         raise CompressorError(f"device must be cpu or cuda, got {device!r}")

@@ -1,6 +1,7 @@
 """The benchmark harness, the peers and the recipe stages export -> bench on tiny models."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -95,7 +96,7 @@ def test_run_benchmark_measures_every_variant(teacher, dev, tmp_path):
     assert fp["cores"] and "cpu_flags" in fp and fp["versions"]["onnxruntime"] and fp["cpu_preset"]
 
 
-def test_a_stopped_benchmark_keeps_the_thread_counts_it_finished(teacher, dev, tmp_path, monkeypatch):
+def test_a_stopped_benchmark_keeps_the_thread_counts_it_finished(teacher, dev, tmp_path, monkeypatch, capsys):
     from compressor.bench import harness
     from compressor.bench.harness import BenchConfig
     from compressor.bench.report import collect, markdown
@@ -123,11 +124,15 @@ def test_a_stopped_benchmark_keeps_the_thread_counts_it_finished(teacher, dev, t
     assert row["value"] is not None and row["retention"] == 1.0 and row["latency_ms"]["p50"] > 0
     assert "Incomplete:" in markdown(collect([out]))
     monkeypatch.setattr(harness, "rounds_latency", timed)
-    run_benchmark([], teacher=teacher, peers=[], config=config, dev=dev, out=out, command="test",
-                  log=lambda m: None)
+    capsys.readouterr()
+    run_benchmark([], teacher=teacher, peers=[], config=config, dev=dev, out=out, command="test")
     saved = read_results(out)
     assert saved["config"]["complete"] is True and {r["threads"] for r in saved["rows"]} == {1, 2}
     assert "Incomplete:" not in markdown(collect([out]))
+    # the default log stamps each step with the seconds since the start (where a long run's time went)
+    steps = capsys.readouterr().err.splitlines()
+    assert steps and all(re.match(r"\[ *\d+ s\] ", line) for line in steps), steps
+    assert any("building 1 variant, each in its own process" in line for line in steps)
 
 
 def saved_timing(path):
