@@ -77,7 +77,7 @@ def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_P
                                     precision="int8-dynamic"))
         elif peer == "inc-int8":
             specs.append(Spec(peer, teacher_dir, "inc", "int8-static", group="peer",
-                              source="neural_compressor.torch StaticQuantConfig (PT2E) + torch.compile",
+                              source="neural_compressor.torch StaticQuantConfig (PT2E) + torch.compile, Inductor freezing",
                               parameters=params, size_bytes=None, extra={"data_dir": data_dir}))
     return specs
 
