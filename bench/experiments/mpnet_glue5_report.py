@@ -137,9 +137,9 @@ def pipeline_folders(folder: str) -> List[str]:
 
 def pipeline_runs(folder: str) -> Dict[str, str]:
     """Each task's pipeline run: the newest ``pipeline<N>/`` that holds its teacher's file."""
-    runs = {}
+    runs, folders = {}, pipeline_folders(folder)
     for task in TASKS:
-        for run in pipeline_folders(folder):
+        for run in folders:
             if os.path.isfile(os.path.join(folder, run, PIPELINE_FILES["teacher"].format(task=task))):
                 runs[task] = run
                 break
@@ -617,11 +617,12 @@ def build(folder: str) -> dict:
     """Everything the report shows, as plain data (``report.json``)."""
     docs, summary, missing = load(folder)
     pipeline, pipeline_missing = load_pipeline(folder)
+    runs = pipeline["runs"]
     report = {"folder": folder, "edge_names": EDGE_NAMES,
               "edge_pipeline": {e: m for e, (m, _) in EDGE_PIPELINE.items()}, "targets_thresholds": TARGETS,
               "missing": missing + pipeline_missing, "machines": [], "targets": [], "gpu_throughput": [],
-              "pipeline_runs": pipeline.get("runs") or {}, "pipeline": pipeline_glue5(pipeline),
-              "other_systems": other_systems(summary, pipeline.get("runs") or {}),
+              "pipeline_runs": runs, "pipeline": pipeline_glue5(pipeline),
+              "other_systems": other_systems(summary, runs),
               "summary_glue5": (summary or {}).get("glue5"), "fingerprints": _fingerprints(docs),
               "commands": commands(folder, docs, summary)}
     for m in machines(docs):
@@ -634,7 +635,7 @@ def build(folder: str) -> dict:
             report["gpu_throughput"] = gpu_throughput(per_task, g5)
         else:
             report["targets"] += targets(m, g5)
-    report["targets"] += pipeline_targets(report["pipeline"], report["targets"], pipeline.get("runs") or {})
+    report["targets"] += pipeline_targets(report["pipeline"], report["targets"], runs)
     report["plot"] = [{k: v for k, v in p.items() if k != "lines"} for p in plot_panels(report)]
     return report
 

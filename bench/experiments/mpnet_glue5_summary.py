@@ -109,9 +109,7 @@ def main(root: str) -> dict:
         kd5["note"] = "retention per task against its own run's teacher; SST-2 from the earlier session"
     summary = {"teachers_students_run": glue5(entries, "students", "teacher"),
                "kd_6L_students": kd5, "pkd_6L_students_run": glue5(entries, "students", "6L-pkd"),
-               **{f"pipeline3_{m}": glue5(entries, "pipeline3", m)
-                  for m in ("teacher", "6L-kd", "chain-hf", "chain", "chain-int8", "teacher-int8")},
-               **{f"pipeline4_{m}": glue5(entries, "pipeline4", m)
+               **{f"{run}_{m}": glue5(entries, run, m) for run in ("pipeline3", "pipeline4")
                   for m in ("teacher", "6L-kd", "chain-hf", "chain", "chain-int8", "teacher-int8")}}
     out = os.path.join(root, "summary.json")
     write_results(out, rows, command="python -m bench.experiments.mpnet_glue5_summary bench/results/mpnet-glue5",
