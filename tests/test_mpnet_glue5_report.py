@@ -359,3 +359,29 @@ def test_peer_target_at_equal_score_needs_the_chain_to_score_at_least_the_fastes
     assert c2["verdict"] == "met" and "no peer reaches chain-int8's score" in c2["figures"]
     _, c2 = report._peer_targets(g5, line("chain-int8", 10.0, None), None)
     assert c2["verdict"] == "not computed"
+
+
+def test_the_server_chain_score_goes_only_to_a_copy_of_that_very_chain(edge_folder, tmp_path):
+    """The server bench records no shapes: its chain's score is the edge copy's only where the bench's
+    teacher scores what the task's pipeline run's teacher scores and the copy has that run's chain
+    shape. RTE's server bench (teacher 66.0) against pipeline4's RTE teacher 67.0: another run."""
+    _, rep, _ = _run(edge_folder, tmp_path / "same")
+    rte = {ln["label"]: ln for ln in _machine(rep, "edge-cpu-1t")["tasks"]["rte"]}
+    assert rte["chain-int8"]["score_from"] == "server/bench-rte-cpu.json"     # same run, same shape
+
+    _plant_pipeline(edge_folder, chain_int8=(), run="pipeline4", tasks=("rte",), shift=1.0)
+    _, rep, _ = _run(edge_folder, tmp_path / "other-run")
+    rte = {ln["label"]: ln for ln in _machine(rep, "edge-cpu-1t")["tasks"]["rte"]}
+    assert rte["chain-int8"]["value"] is None
+    assert "its teacher scores 66.00, pipeline4's 67.00" in rte["chain-int8"]["score_note"]
+    assert rte["teacher"]["score_from"] == "server/bench-rte-cpu.json"      # shapes of the teacher: one
+    assert rte["ort-o2-int8"]["value"] is not None
+
+    # the same run's teacher, but the copy was built with other heads than the run's chain
+    _plant_pipeline(edge_folder, chain_int8=(), run="pipeline4", tasks=("rte",))
+    write_results(str(edge_folder / "latency-rte-cpu.json"), _edge("rte"), command="latency rte",
+                  fingerprint_info={**FP, "cores": 2}, shapes={"chain": {**CHAIN_SHAPE, "heads": [4] * 6}})
+    _, rep, _ = _run(edge_folder, tmp_path / "other-shape")
+    rte = {ln["label"]: ln for ln in _machine(rep, "edge-cpu-1t")["tasks"]["rte"]}
+    assert rte["chain-int8"]["value"] is None
+    assert "pipeline4's chain has other heads than this copy" in rte["chain-int8"]["score_note"]

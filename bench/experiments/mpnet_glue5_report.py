@@ -269,8 +269,17 @@ def task_lines(doc: dict, machine: dict, server: Optional[dict] = None,
 
 def _edge_score(line: dict, task: Optional[str], server: Optional[dict],
                 pipeline: Optional[Dict[str, Dict[str, dict]]], chain_shape: Optional[dict]) -> None:
-    """An edge line's score: the server bench's, else the pipeline run's file of the same model; else None."""
+    """An edge line's score: the server bench's, else the pipeline run's file of the same model; else None.
+    The chain's score is taken only for a copy of the very chain that was scored: its heads, FFN widths
+    and vocabulary equal those of the task's pipeline run, and a server bench's teacher scores what
+    that run's teacher scores (the bench was made from that run's models)."""
     _score_from_server(line, server, task)
+    if line["value"] is not None and line["name"] == CHAIN:
+        why = _not_this_chain(task, server, pipeline, chain_shape)
+        if why:
+            line["value"], line["score_src"], line["score_from"] = None, None, None
+            line["score_note"] = f"the server bench's {CHAIN} is not this copy's model: {why}"
+            return
     if line["value"] is not None:
         return
     model, precision = EDGE_PIPELINE.get(line["name"], (None, None))
@@ -288,9 +297,7 @@ def _edge_score(line: dict, task: Optional[str], server: Optional[dict],
         why = (f"`{entry['file']}` has {entry['parameters']:,} parameters, this copy "
                f"{line['parameters']:,}: another model")
     elif model == CHAIN:
-        theirs = _pipeline_chain_shape(pipeline or {}, task)
-        differ = [k for k in ("heads", "ffn", "vocab")
-                  if k in theirs and (chain_shape or {}).get(k) is not None and theirs[k] != chain_shape[k]]
+        differ = _shape_differs(pipeline or {}, task, chain_shape)
         if differ:
             why = f"{run}'s chain has other {'/'.join(differ)} than this copy: another model"
     if why:
@@ -298,6 +305,34 @@ def _edge_score(line: dict, task: Optional[str], server: Optional[dict],
         return
     line["value"], line["score_src"], line["score_from"] = entry["score"], pattern, entry["file"]
     line.pop("score_note", None)
+
+
+def _shape_differs(pipeline: Dict[str, Dict[str, dict]], task: Optional[str], chain_shape: Optional[dict]) -> List[str]:
+    """Which of heads, FFN widths and vocabulary of the pipeline run's chain differ from the copy's."""
+    theirs = _pipeline_chain_shape(pipeline, task)
+    return [k for k in ("heads", "ffn", "vocab")
+            if k in theirs and (chain_shape or {}).get(k) is not None and theirs[k] != chain_shape[k]]
+
+
+def _not_this_chain(task: Optional[str], server: Optional[dict], pipeline: Optional[Dict[str, Dict[str, dict]]],
+                    chain_shape: Optional[dict]) -> Optional[str]:
+    """Why the server bench's chain may be another model than the edge copy's, or None. The server
+    bench records no shapes: it is tied to a pipeline run by its teacher's score (training is
+    seeded, and a rerun of the same chain lands on other heads), and the copy to that run by shape."""
+    pipeline = pipeline or {}
+    run = (pipeline.get("runs") or {}).get(task)
+    ours = (pipeline.get("teacher", {}).get(task) or {}).get("score")
+    if run is None or ours is None:
+        return None   # nothing on record to compare with
+    theirs = next((r.get("value") for r in (server or {}).get("rows", [])
+                   if variant_key(r) == TEACHER and r.get("value") is not None), None)
+    if theirs is not None and abs(theirs - ours) > 1e-6:
+        return (f"its teacher scores {theirs:.2f}, {run}'s {ours:.2f} (the bench is of another run, "
+                "whose chain shape is not on record)")
+    differ = _shape_differs(pipeline, task, chain_shape)
+    if differ:
+        return f"{run}'s chain has other {'/'.join(differ)} than this copy"
+    return None
 
 
 def _pipeline_chain_shape(pipeline: Dict[str, Dict[str, dict]], task: Optional[str]) -> dict:

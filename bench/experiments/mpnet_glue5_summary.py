@@ -17,7 +17,13 @@ wheels), each task's chain against the teacher of its own run: the first GLUE-5 
 stack: RTE, MRPC and CoLA on the first (beside the server-CPU bench of RTE), SST-2 on the
 second; the second's MRPC, a repeat of the same commands, is ``pipeline4/mrpc-repeat/`` (the
 spread of one rerun). ``pipeline4`` has no STS-B; the headline report takes STS-B from
-``pipeline3`` (the same stack on an H200).
+``pipeline3`` (the same stack on an H200). ``pipeline5/`` is MRPC, STS-B and CoLA once more on an
+H200 (the same commands; beside the server-CPU benches of MRPC and CoLA): their teachers score
+exactly what pipeline4's (MRPC, CoLA) and pipeline3's (STS-B) scored, so seeded fine-tuning on the
+same GPU kind repeats itself; the students and chains move by up to half a point.
+``pipeline6/`` is SST-2 on an H100 (the first SST-2 chain with its INT8 score, beside SST-2's
+server-CPU bench); ``pipeline6/stsb-h100-cut/`` is an STS-B run on that machine cut off before
+its chain's INT8 (another machine's rerun).
 Dev is scored once per run, at the end; nothing is chosen on dev.
 """
 from __future__ import annotations
@@ -40,6 +46,9 @@ RUNS = (  # (label, folder under the results root, the models each task may have
     ("pipeline3", "pipeline3", MODELS),
     ("pipeline4", "pipeline4", MODELS),
     ("pipeline4 MRPC repeat", os.path.join("pipeline4", "mrpc-repeat"), MODELS),
+    ("pipeline5", "pipeline5", MODELS),
+    ("pipeline6", "pipeline6", MODELS),
+    ("pipeline6 STS-B (H100, cut off)", os.path.join("pipeline6", "stsb-h100-cut"), MODELS),
     ("earlier session", os.path.join("..", "mpnet-glue5-h100"), (("6L", MODELS[0][1] + ", 2-5 epochs"),)),
 )
 
@@ -113,7 +122,7 @@ def main(root: str) -> dict:
                   for m in ("teacher", "6L-kd", "chain-hf", "chain", "chain-int8", "teacher-int8")}}
     out = os.path.join(root, "summary.json")
     write_results(out, rows, command="python -m bench.experiments.mpnet_glue5_summary bench/results/mpnet-glue5",
-                  fingerprint_info={"machine": "one NVIDIA H100 or H200 (device tool; pipeline3 and pipeline4 say which per task), bf16 autocast"},
+                  fingerprint_info={"machine": "one NVIDIA H100 or H200 (device tool; each run's README line says which), bf16 autocast"},
                   what="MPNet-base GLUE-5: teachers, 6-layer students, Theseus and the chain (accuracy)",
                   glue5=summary)
     lines = ["| task | run | model | dev score | teacher | retention | parameters |", "|---|---|---|---:|---:|---:|---:|"]
