@@ -274,13 +274,11 @@ def _edge_score(line: dict, task: Optional[str], server: Optional[dict],
     and vocabulary equal those of the task's pipeline run, and a server bench's teacher scores what
     that run's teacher scores (the bench was made from that run's models)."""
     _score_from_server(line, server, task)
-    if line["value"] is not None and line["name"] == CHAIN:
-        why = _not_this_chain(task, server, pipeline, chain_shape)
+    if line["value"] is not None:
+        why = _not_this_chain(task, server, pipeline, chain_shape) if line["name"] == CHAIN else None
         if why:
             line["value"], line["score_src"], line["score_from"] = None, None, None
             line["score_note"] = f"the server bench's {CHAIN} is not this copy's model: {why}"
-            return
-    if line["value"] is not None:
         return
     model, precision = EDGE_PIPELINE.get(line["name"], (None, None))
     if model is None or precision != line["precision"]:
