@@ -23,6 +23,10 @@
 #     CPU, all cores then 1 thread: the teacher, our fused INT8 of it and the chain INT8 beside
 #     the PEERS made from the same teacher (default PyTorch dynamic INT8, optimum O2 + INT8, INC);
 #     CPU_VARIANTS adds student-6L, BENCH=cpu skips the GPU, a task's finished bench is skipped
+#   PHASE=seeds TASKS=... [LANES=N]: every seed system's committed recipe (recipes/mpnet/*.yaml,
+#     SEEDS and SEEDS_CPU) run by `compressor run` on each task's teacher (fine-tuned first where the
+#     machine has none); each run's manifest, report and stage records come back in OUT/seeds/.
+#     SEED_DATA="train_limit: 64, dev_limit: 32" makes a dry run of the recipes.
 #   PHASE=collect: only the tar of what exists (after a call cut off by its time limit).
 # Steps a warm machine finished are skipped, so a later call resumes an earlier one. OUT_DIR
 # must outlive the call: not the device tool's $OUT (emptied before each call); tar OUT_DIR
@@ -109,6 +113,24 @@ theseus() {  # task: BERT-of-Theseus 12 -> 6 from the teacher, constant rate 0.5
     && cp "$WORK/$task-theseus/metrics.json" "$OUT/$task-theseus-metrics.json"
 }
 failed() { echo "FAILED $1" >> "$OUT/logs/failed.txt"; }
+SEEDS=${SEEDS:-distilbert-6l pkd-6l tinybert-4l minilm-6l pd-minilm-l6 theseus-6l albert-share mobilebert-progressive q8bert-qat early-exit}
+SEEDS_CPU=${SEEDS_CPU:-q8bert-dynamic qbert-mixed}
+seed() {  # task recipe: one seed system's committed recipe (recipes/mpnet/) on this task's teacher
+  local task=$1 r=$2 rec=recipes/mpnet/$2.yaml name=$2-$1 rc=0
+  if [ -n "${SEED_DATA:-}" ]; then  # a dry run: the same recipe with data limits
+    mkdir -p "$WORK/recipes"; { cat "$rec"; echo "data: {$SEED_DATA}"; } > "$WORK/recipes/$r.yaml"
+    rec=$WORK/recipes/$r.yaml
+  fi
+  R=(python3 -m compressor run "$rec" --task $task --teacher "$WORK/$task" --data-dir "$GLUE"
+    --device "$DEVICE" --out "$WORK/seeds/$name")
+  log "${R[@]}"
+  "${R[@]}" > "$OUT/logs/seed-$name.log" 2>&1 || rc=$?
+  # what comes back: the run's manifest, report and every stage's record (no weights)
+  mkdir -p "$OUT/seeds/$name"
+  ( cd "$WORK/seeds/$name" 2>/dev/null && find . -maxdepth 3 \( -name '*.json' -o -name '*.md' \) -not -name 'tokenizer*' -not -name 'special_tokens_map.json' -size -4M \
+      -not -path '*/.*' -print0 | xargs -0r cp --parents -t "$OUT/seeds/$name" ) || true
+  [ $rc = 0 ] || failed seed-$name
+}
 complete() {  # bench results file: written to the end (compressor bench marks a partial one)
   [ -f "$1" ] && python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r.get("config",{}).get("complete",True) else 1)' "$1"
 }
@@ -145,7 +167,7 @@ bench_gpu() {  # task: the GPU, FP32 and BF16, batch 1 and 256
   log "${G[@]}"
   "${G[@]}" > "$OUT/logs/bench-$task-gpu.log" 2>&1 || failed bench-$task-gpu
 }
-case ${PHASE:?PHASE=students, chain, pipeline, bench or collect} in
+case ${PHASE:?PHASE=students, chain, pipeline, seeds, bench or collect} in
 students|pipeline)
   [ -f "$WORK/mpnet/config.json" ] || python3 -m bench.experiments.widen "${MPNET:?MPNET=folder of the base encoder}" "$WORK/mpnet"
   for task in $TASKS; do
@@ -162,6 +184,21 @@ students|pipeline)
       { student $task kd && chain $task $task-6L-kd || failed $task-chain; } &
       { int8 $task || failed $task-int8; } &
     fi
+    wait
+   ) &
+  done
+  wait ;;
+seeds)  # every seed system's recipe on each task's teacher (fine-tuned first where missing):
+  # per task one lane of GPU recipes (SEEDS) and one of CPU ones (SEEDS_CPU: ONNX export and INT8)
+  [ -f "$WORK/mpnet/config.json" ] || python3 -m bench.experiments.widen "${MPNET:?MPNET=folder of the base encoder}" "$WORK/mpnet"
+  for task in $TASKS; do
+   (
+    teacher $task || exit 1
+    seeds=($SEEDS)
+    for ((lane = 0; lane < ${LANES:-1}; lane++)); do  # LANES GPU lanes, recipes dealt round-robin
+      { for ((i = lane; i < ${#seeds[@]}; i += ${LANES:-1})); do seed $task ${seeds[i]}; done; } &
+    done
+    { for r in $SEEDS_CPU; do seed $task $r; done; } &
     wait
    ) &
   done

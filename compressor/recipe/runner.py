@@ -232,8 +232,9 @@ def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
     if recipe.teacher_finetune is None:
         net, tokenizer = load_for_task(ctx.model_dir, ctx.task)
         max_length = read_meta(ctx.model_dir).get("max_length", 128)
-        metrics = score(net, tokenizer, ctx.split("dev"), max_length,
-                        device=resolve_device(recipe.device), desc="score teacher")
+        device = resolve_device(recipe.device)
+        metrics = score(net.to(device), tokenizer, ctx.split("dev"), max_length,
+                        device=device, desc="score teacher")
         return {"model_dir": ctx.model_dir, "metrics": metrics, "split": "dev",
                 "score": task_score(ctx.task, metrics), "parameters": count_parameters(net),
                 "size_bytes": size_on_disk(ctx.model_dir)}
