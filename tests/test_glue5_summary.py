@@ -54,3 +54,24 @@ def test_no_glue5_figure_from_fewer_than_five_tasks(results):
     got = summary.main(str(root))
     assert "glue5" not in got["pkd_6L_students_run"]
     assert got["pkd_6L_students_run"]["tasks"] == ["mrpc", "rte", "sst2", "stsb"]
+
+
+def test_a_seed_recipes_run_is_scored_against_the_teacher_of_that_very_run(results):
+    root, _ = results
+    for name, task, teacher, last in (("tinybert-4l-rte", "rte", 66.0, 52.5), ("pkd-6l-rte", "rte", 66.0, 60.0),
+                                      ("pkd-6l-cola", "cola", 54.0, 0.0)):
+        os.makedirs(root / "seeds" / name)
+        stages = [{"stage": "teacher", "score": teacher, "parameters": 100},
+                  {"stage": "distill", "score": last + 1, "parameters": 50},
+                  {"stage": "evaluate", "score": last, "parameters": 50}]
+        (root / "seeds" / name / "manifest.json").write_text(json.dumps({"task": task, "stages": stages}))
+    entries = summary.collect_seeds(str(root))
+    by = {(e["task"], e["model"]): e for e in entries}
+    assert [e["model"] for e in entries[:2]] == ["teacher", "teacher"]      # one teacher row per task
+    assert by[("rte", "tinybert-4l")]["score"] == 52.5                      # the last stage, not the best
+    assert by[("rte", "tinybert-4l")]["retention"] == pytest.approx(round(52.5 / 66.0, 4))
+    assert by[("cola", "pkd-6l")]["teacher"] == 54.0 and by[("cola", "pkd-6l")]["retention"] == 0.0
+    assert "recipes/mpnet/pkd-6l.yaml" in by[("rte", "pkd-6l")]["label"]
+    summary.main(str(root))                       # and the written table carries them
+    table = (root / "summary.md").read_text()
+    assert "| cola | seeds | BERT-PKD 6-layer" in table and "| 0.00 | 54.00 | 0.0% |" in table

@@ -24,6 +24,10 @@ same GPU kind repeats itself; the students and chains move by up to half a point
 ``pipeline6/`` is SST-2 on an H100 (the first SST-2 chain with its INT8 score, beside SST-2's
 server-CPU bench); ``pipeline6/stsb-h100-cut/`` is an STS-B run on that machine cut off before
 its chain's INT8 (another machine's rerun).
+``seeds/`` is ``PHASE=seeds``: every seed system's committed recipe (``recipes/mpnet/``) run by
+``compressor run`` on each task's teacher fine-tuned on that machine (one H200; MRPC, STS-B, RTE
+and CoLA; cut off by the session's device time, so some recipes ran on some tasks only); each
+run's manifest gives the teacher's and the final model's dev scores.
 Dev is scored once per run, at the end; nothing is chosen on dev.
 """
 from __future__ import annotations
@@ -51,6 +55,47 @@ RUNS = (  # (label, folder under the results root, the models each task may have
     ("pipeline6 STS-B (H100, cut off)", os.path.join("pipeline6", "stsb-h100-cut"), MODELS),
     ("earlier session", os.path.join("..", "mpnet-glue5-h100"), (("6L", MODELS[0][1] + ", 2-5 epochs"),)),
 )
+
+
+SEED_LABELS = {  # recipes/mpnet/NAME.yaml -> what it reproduces
+    "distilbert-6l": "DistilBERT-style 6-layer (soft targets, task loss, hidden cosine)",
+    "pkd-6l": "BERT-PKD 6-layer (first six layers, [CLS] hidden states)",
+    "tinybert-4l": "TinyBERT-shaped 4-layer, task stage only (no general distillation)",
+    "minilm-6l": "MiniLM-style 6-layer, 384 wide (Q-K, V-V relations), task stage only",
+    "pd-minilm-l6": "PD: the pre-trained MiniLM-L6 student, soft targets",
+    "theseus-6l": "BERT-of-Theseus 12 -> 6 (recipe: 2 + 1 epochs)",
+    "albert-share": "ALBERT-style sharing (layer pairs, embedding rank 128), kd recovery",
+    "mobilebert-progressive": "MobileBERT-style progressive transfer, 12 layers 384 wide",
+    "q8bert-dynamic": "Q8BERT-style dynamic INT8 (fused ONNX)",
+    "q8bert-qat": "Q8BERT-style quantisation-aware training, INT8",
+    "qbert-mixed": "Q-BERT-style mixed precision (per-layer INT8/FP32)",
+    "early-exit": "early exit (entropy), INT8",
+}
+
+
+def collect_seeds(root: str) -> list:
+    """``seeds/RECIPE-TASK/manifest.json``: the run's teacher (stage 0) and its last stage."""
+    folder = os.path.join(root, "seeds")
+    entries, teachers = [], {}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        manifest = _load(os.path.join(folder, name, "manifest.json"))
+        if manifest is None or not manifest.get("stages"):
+            continue
+        task = manifest["task"]
+        recipe = name[: -len(task) - 1] if name.endswith("-" + task) else name
+        first, last = manifest["stages"][0], manifest["stages"][-1]
+        t = round(first["score"], 2)
+        if task not in teachers:
+            teachers[task] = t
+            entries.append({"run": "seeds", "task": task, "model": "teacher", "label": "MPNet-base teacher",
+                            "score": t, "teacher": t, "parameters": first.get("parameters")})
+        entries.append({"run": "seeds", "task": task, "model": recipe,
+                        "label": SEED_LABELS.get(recipe, recipe) + f" (`recipes/mpnet/{recipe}.yaml`)",
+                        "score": round(last["score"], 2), "teacher": t,
+                        "retention": round(last["score"] / first["score"], 4),
+                        "parameters": last.get("parameters")})
+    order = {task: i for i, task in enumerate(TASKS)}
+    return sorted(entries, key=lambda e: (e["model"] != "teacher", order[e["task"]]))
 
 
 def _load(path):
@@ -102,7 +147,7 @@ def glue5(entries, run, model) -> dict:
 def main(root: str) -> dict:
     from compressor.results import row, write_results
 
-    entries = collect(root)
+    entries = collect(root) + collect_seeds(root)
     rows = [row(f"{e['run']}/{e['task']}/{e['model']}", e["task"], "score", e["score"], e["teacher"],
                 parameters=e.get("parameters"), extra={"label": e["label"], "run": e["run"],
                                                       "selection": "none (last weights, one dev evaluation)"})
