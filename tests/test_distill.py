@@ -410,3 +410,27 @@ def test_progressive_transfer_needs_a_first_stage_and_a_layer_loss():
         DistillConfig(progressive=True, losses={"kd": 1, "hidden": 1}).check()
     with pytest.raises(CompressorError, match="needs a hidden or attention loss"):
         DistillConfig(progressive=True, intermediate_epochs=1, losses={"kd": 1, "cosine": 1}).check()
+
+
+def test_general_distillation_runs_first_on_unlabelled_text(trained_teacher, tmp_path, glue_dir):
+    """TinyBERT's three stages: layer losses over the pooled GLUE text, then on the task's rows,
+    then the prediction layer."""
+    teacher_dir, data = trained_teacher
+    config = DistillConfig(epochs=2, lr=3e-3, **QUICK, intermediate_epochs=1, general_epochs=1,
+                           general_rows=40, student={"kind": "config", "num_layers": 1, "hidden_size": 16, "heads": 4},
+                           losses={"kd": 1, "hidden": 1, "attention": 1})
+    record = distill(teacher_dir, str(tmp_path / "s"), config=config, data_dir=glue_dir, user_data=data)
+    phases = {p["phase"]: p for p in record["phases"]}
+    assert list(phases) == ["general", "intermediate", "predict"]
+    assert phases["general"]["train_examples"] == 40 and phases["general"]["steps"] == 3   # 40 rows, batch 16
+    assert phases["intermediate"]["train_examples"] == 400
+    assert record["score"] > 80
+
+
+def test_general_distillation_needs_a_layer_loss_and_its_text():
+    from compressor.distill.distiller import distill_model
+
+    with pytest.raises(CompressorError, match="general_epochs needs a layer loss"):
+        DistillConfig(general_epochs=1, losses={"kd": 1}).check()
+    with pytest.raises(CompressorError, match="needs unlabelled text"):   # a recovery, say: no text given
+        distill_model(None, None, None, None, DistillConfig(general_epochs=1, losses={"kd": 1, "hidden": 1}))

@@ -10,10 +10,11 @@ from compressor.data.readers import (
     resolve_data_dir,
 )
 from compressor.data.tasks import TASKS, TaskSpec, custom_task, get_task
+from compressor.data.unlabelled import unlabelled_text
 from compressor.data.userfiles import UserData, load_data, task_from_dict, task_to_dict
 
 __all__ = [
     "TASKS", "Dataset", "Example", "TaskSpec", "custom_task", "embedded_dir", "get_task",
     "load_split", "read_glue_file", "read_user_file", "resolve_data_dir", "UserData",
-    "load_data", "task_from_dict", "task_to_dict",
+    "load_data", "task_from_dict", "task_to_dict", "unlabelled_text",
 ]

@@ -67,6 +67,14 @@ def register(cli):
     @click.option("--intermediate-lr", type=float, default=0.0, help="Learning rate of that stage [default: --lr].")
     @click.option("--progressive", is_flag=True,
                   help="MobileBERT: that first stage layer by layer, bottom up, the layers below fixed.")
+    @click.option("--general-epochs", type=float, default=0.0, show_default=True,
+                  help="General distillation first: epochs of layer losses over unlabelled text (the "
+                       "training rows' and every other GLUE training file's sentences under --data-dir, "
+                       "the task's dev sentences left out).")
+    @click.option("--general-lr", type=float, default=0.0,
+                  help="Learning rate of that stage [default: --intermediate-lr, else --lr].")
+    @click.option("--general-rows", type=int, default=0,
+                  help="At most N sentences of that text, a seeded sample [default: all; --train-limit if given].")
     @click.option("--no-cache", is_flag=True, help="Run the teacher on every batch instead of caching its logits.")
     @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
     @click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
@@ -75,7 +83,7 @@ def register(cli):
     @_train_options
     def distill(teacher, out, task, data_dir, train_file, dev_file, text_columns, label_column,
                 student, loss, intermediate_epochs, intermediate_lr, progressive,
-                no_cache, train_limit, dev_limit, overwrite, nproc, **kwargs):
+                general_epochs, general_lr, general_rows, no_cache, train_limit, dev_limit, overwrite, nproc, **kwargs):
         """Distil a task checkpoint into a smaller student; writes the student and metrics.json."""
         from .distiller import DistillConfig, distill as run
 
@@ -87,7 +95,8 @@ def register(cli):
                                losses=_settings(loss, "loss") or {"kd": 1},
                                intermediate_epochs=intermediate_epochs,
                                intermediate_lr=intermediate_lr, progressive=progressive,
-                               cache_teacher_logits=not no_cache)
+                               general_epochs=general_epochs, general_lr=general_lr,
+                               general_rows=general_rows, cache_teacher_logits=not no_cache)
         record = run(teacher, out, task=task, config=config, data_dir=data_dir,
                      train_limit=train_limit, dev_limit=dev_limit, overwrite=overwrite,
                      user_data=_user_data(train_file, dev_file, text_columns, label_column))

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..arch import arch_of
-from ..data import load_data
+from ..data import load_data, unlabelled_text
 from ..device import resolve_device
 from ..errors import CompressorError
 from ..io import check_output_dir, versions
@@ -34,6 +34,9 @@ class DistillConfig(TrainConfig):
     intermediate_epochs: float = setting(0.0, check=not_negative)   # TinyBERT's two stages: this many epochs of layer losses first
     intermediate_lr: float = 0.0       # its learning rate; 0 = lr
     progressive: bool = False          # MobileBERT: the first stage layer by layer, bottom up, lower layers fixed
+    general_epochs: float = setting(0.0, check=not_negative)   # general distillation first: this many epochs of layer losses over unlabelled text
+    general_lr: float = 0.0            # its learning rate; 0 = intermediate_lr, else lr
+    general_rows: int = setting(0, check=not_negative)   # at most this many sentences of that text (a seeded sample); 0 = all
     cache_teacher_logits: bool = True  # run the teacher once over the train set when only logits are needed
     teacher: str = "recipe"            # stage only: recipe (the recipe's teacher), input, or a folder
 
@@ -54,6 +57,9 @@ class DistillConfig(TrainConfig):
                                   "layers: set intermediate_epochs")
         if self.progressive and not any(hasattr(s, "layers") for _, s in self.losses.active()):
             raise CompressorError("progressive transfer needs a hidden or attention loss in losses")
+        if self.general_epochs and not self.losses.layer_losses():
+            raise CompressorError("general_epochs needs a layer loss (hidden, embedding, attention, "
+                                  "cosine or minilm) in losses: general distillation matches layers")
         if self.intermediate_epochs and not self.losses.prediction_only().active():
             raise CompressorError("intermediate_epochs needs a prediction-layer loss (kd, task or "
                                   "logits_mse) for the second stage")
@@ -208,14 +214,20 @@ def teacher_logits_cache(teacher, teacher_tokenizer, student_tokenizer, examples
 
 def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: DistillConfig,
                   desc: str = "distill", student: Optional[nn.Module] = None,
-                  student_tokenizer=None, callbacks: Sequence = ()) -> Tuple[nn.Module, object, dict]:
+                  student_tokenizer=None, callbacks: Sequence = (),
+                  general_set=None) -> Tuple[nn.Module, object, dict]:
     """Build the student ``config.student`` says, train it from ``teacher``; return it, its
     tokenizer, and the training record (the teacher is left unchanged).
 
     A ``student`` model given (a pruned model recovering, say) is trained as it is, with
     ``student_tokenizer`` (the teacher's by default); ``callbacks`` go to ``fit``.
+    ``general_set``: the unlabelled text of ``config.general_epochs``
+    (:func:`compressor.data.unlabelled_text`).
     """
     config.check()
+    if config.general_epochs and general_set is None:
+        raise CompressorError("general_epochs needs unlabelled text: set it in a distill stage or "
+                              "`compressor distill`, which gather it from the data folder")
     spec, losses = config.student, config.losses
     task = train_set.task
     device = resolve_device(config.device)
@@ -252,8 +264,13 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
                   ("predict", losses.prediction_only(), base, [])]
         if config.progressive:
             phases = progressive_phases(losses, first, student, teacher) + phases[1:]
+    if config.general_epochs:   # TinyBERT's general distillation: the layer losses on unlabelled text
+        general = replace(base, epochs=config.general_epochs, eval_every=10 ** 9,
+                          lr=config.general_lr or config.intermediate_lr or base.lr)
+        phases = [("general", losses.intermediate_only(), general, [])] + phases
     history, cache, start = [], None, time.perf_counter()
     for name, phase_losses, phase_config, fixed in phases:
+        phase_train = general_set if name == "general" else train_set
         fixed = [p for p in fixed if p.requires_grad]
         for p in fixed:
             p.requires_grad_(False)
@@ -271,14 +288,14 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
                                   "pairs; keep cache_teacher_logits on")
         loss_fn = DistillLoss(teacher, student, phase_losses, phase_cache, teacher_types)
         try:
-            result = fit(trainee, tokenizer, train_set, dev_set, phase_config, loss_fn,
+            result = fit(trainee, tokenizer, phase_train, dev_set, phase_config, loss_fn,
                          desc=f"{desc} ({name})" if len(phases) > 1 else desc,
                          callbacks=callbacks)
         finally:
             loss_fn.close()
             for p in fixed:
                 p.requires_grad_(True)
-        history.append({"phase": name, **result})
+        history.append({"phase": name, "train_examples": len(phase_train), **result})
     student = trainee.student.to("cpu").eval()
     teacher.to("cpu")
     final = history[-1]
@@ -373,8 +390,12 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     teacher_metrics = score(net.to(device), tokenizer, dev_set, teacher_max_length,
                             device=device, desc="score teacher")
     teacher_score = task_score(task_spec, teacher_metrics)
+    general_set = (unlabelled_text(task_spec, data_dir, own=train_set, dev=dev_set,
+                                   rows=config.general_rows or train_limit or 0, seed=config.seed)
+                   if config.general_epochs else None)
     student_net, student_tok, result = distill_model(net, tokenizer, train_set, dev_set, config,
-                                                     desc=f"distill {task_spec.name}")
+                                                     desc=f"distill {task_spec.name}",
+                                                     general_set=general_set)
     record = {
         "task": task_spec.name, "split": "dev", "teacher": teacher,
         "metrics": result["metrics"], "score": result["score"],

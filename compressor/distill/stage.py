@@ -24,9 +24,16 @@ def distill_stage(ctx, config: DistillConfig) -> dict:
     teacher, tokenizer = load_for_task(teacher_dir, ctx.task, attn_implementation=attn)
     if getattr(teacher.config, "num_labels", None) != ctx.task.num_labels:
         raise CompressorError(f"teacher {teacher_dir} is not a {ctx.task.name} classifier")
+    general_set = None
+    if config.general_epochs:   # unlabelled text: the training rows and the data folder's other GLUE tasks
+        from ..data import unlabelled_text
+
+        general_set = unlabelled_text(ctx.task, ctx.data_dir, own=ctx.split("train"), dev=ctx.split("dev"),
+                                      rows=config.general_rows or ctx.recipe.train_limit or 0,
+                                      seed=config.seed)
     student, student_tok, result = distill_model(teacher, tokenizer, ctx.split("train"),
                                                  ctx.split("dev"), config,
-                                                 desc=f"distill {ctx.task.name}")
+                                                 desc=f"distill {ctx.task.name}", general_set=general_set)
     meta = student_meta(ctx.task, config, student, recipe=ctx.recipe.name)
     save_checkpoint(student, student_tok, ctx.out_dir, meta)
     return {"metrics": result["metrics"], "score": result["score"], "split": "dev",
