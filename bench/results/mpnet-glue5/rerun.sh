@@ -11,7 +11,9 @@
 #       runs"); copy RESULTS_DIR's *-metrics.json, *-quantize.json and commands-*.txt into a new
 #       bench/results/mpnet-glue5/pipeline<N>/ (N above the last: the report takes each task from
 #       the newest run that has its teacher) and its bench-*.json into
-#       bench/results/mpnet-glue5/server/.
+#       bench/results/mpnet-glue5/server/; then every seed system's recipe (recipes/mpnet/) on each
+#       teacher: copy RESULTS_DIR/seeds/ (manifests, records) and commands-seeds.txt into
+#       bench/results/mpnet-glue5/seeds/.
 #   bash bench/results/mpnet-glue5/rerun.sh cpu MPNET_BASE GLUE_DIR
 #       on the edge CPU: latency of copies with the chains' shapes (read from the runs that
 #       latency-commands.sh names: point its --runs at the new pipeline<N>/), then
@@ -23,7 +25,8 @@ case $where in
 gpu)
   out=${4:?RESULTS_DIR}
   MPNET=$base PHASE=pipeline bash bench/experiments/mpnet_glue5_chain_gpu.sh "$glue" "$out"
-  PHASE=bench bash bench/experiments/mpnet_glue5_chain_gpu.sh "$glue" "$out" ;;
+  PHASE=bench bash bench/experiments/mpnet_glue5_chain_gpu.sh "$glue" "$out"
+  MPNET=$base LANES=2 PHASE=seeds bash bench/experiments/mpnet_glue5_chain_gpu.sh "$glue" "$out" ;;
 cpu)
   MPNET_BASE=$base GLUE_DIR=$glue bash bench/results/mpnet-glue5/latency-commands.sh
   ${PYTHON:-.venv/bin/python} -m bench.experiments.mpnet_glue5_summary bench/results/mpnet-glue5

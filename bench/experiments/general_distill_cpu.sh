@@ -1,0 +1,37 @@
+#!/bin/bash
+# Does general distillation over the GLUE files' own sentences help a student built at random?
+# On this CPU, small: the MiniLM-L6 package fine-tuned on CoLA as the teacher, then a
+# TinyBERT-shaped 4-layer student (hidden 312, 12 heads, FFN 1200) distilled from it twice with
+# the same seed and settings, once with the task stages alone and once after one epoch of
+# general distillation on 30,000 sentences sampled from every GLUE training file under GLUE_DIR
+# (CoLA's dev sentences left out). Dev is scored once, at the end of each run: nothing is chosen on dev.
+#   bash bench/experiments/general_distill_cpu.sh GLUE_DIR WORK_DIR RESULTS_DIR
+set -euo pipefail
+GLUE=$1; W=$2; OUT=$3
+PY=${PYTHON:-.venv/bin/python}
+export COMPRESSOR_PROGRESS=${COMPRESSOR_PROGRESS:-0}
+mkdir -p "$W" "$OUT"
+COMMON=(--max-length 64 --eval-every 1000000 --seed 42 --device cpu --overwrite)
+[ -f "$W/teacher/metrics.json" ] || $PY -m compressor finetune --model minilm-l6 --task cola --data-dir "$GLUE" \
+  --out "$W/teacher" --epochs 3 --batch-size 32 --lr 5e-5 --warmup 0.06 "${COMMON[@]}"
+STUDENT=(--teacher "$W/teacher" --data-dir "$GLUE" --student kind=config --student num_layers=4
+  --student hidden_size=312 --student heads=12 --student ffn_size=1200
+  --loss kd=1 --loss hidden=1 --loss hidden.mapping=uniform --loss embedding=1 --loss attention=1
+  --loss attention.mapping=uniform --intermediate-epochs 3 --intermediate-lr 2e-4
+  --epochs 3 --lr 1e-4 --warmup 0.1 --batch-size 32 "${COMMON[@]}")
+[ -f "$W/task-stages/metrics.json" ] || $PY -m compressor distill --out "$W/task-stages" "${STUDENT[@]}"
+[ -f "$W/general/metrics.json" ] || $PY -m compressor distill --out "$W/general" "${STUDENT[@]}" \
+  --general-epochs 1 --general-rows 30000 --general-lr 2e-4
+cp "$W/teacher/metrics.json" "$OUT/teacher-metrics.json"
+cp "$W/task-stages/metrics.json" "$OUT/task-stages-metrics.json"
+cp "$W/general/metrics.json" "$OUT/general-metrics.json"
+$PY - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+t = json.load(open(os.path.join(out, "teacher-metrics.json")))
+for name in ("task-stages", "general"):
+    r = json.load(open(os.path.join(out, f"{name}-metrics.json")))
+    phases = ", ".join(f"{p['phase']} {p['train_examples']} rows {p['steps']} steps" for p in r["phases"])
+    print(f"{name}: CoLA dev MCC {r['score']:.2f} (teacher {t['score']:.2f}), {r['parameters']:,} parameters, "
+          f"{r['train_time_s']:.0f} s; {phases}")
+PY
