@@ -2,8 +2,8 @@
 distillation): the sentences of the task's own training rows and of every other GLUE task's
 training file under the data folder, labels dropped, each sentence of a pair on its own,
 each distinct sentence once. Only training files are read, and a sentence of the task's dev set
-is left out wherever it appears (GLUE's tasks share sources: STS-B's MSRpar pairs come from
-MRPC), so no dev text enters training.
+is left out wherever it appears (STS-B's dev set shares 249 sentences with its own training
+file), so no dev text enters training.
 """
 from __future__ import annotations
 
