@@ -306,6 +306,16 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
         "train_time_s": round(time.perf_counter() - start, 2)}
 
 
+def general_text(config: DistillConfig, task, data_dir, train_set, dev_set, train_limit=None):
+    """The unlabelled text of ``config.general_epochs`` (None without it): the training rows and the
+    data folder's other GLUE training files, the dev rows' sentences left out; ``general_rows``
+    sentences at most, else ``train_limit`` (a run limited to N rows trains on N), else all."""
+    if not config.general_epochs:
+        return None
+    return unlabelled_text(task, data_dir, own=train_set, dev=dev_set,
+                           rows=config.general_rows or train_limit or 0, seed=config.seed)
+
+
 def progressive_phases(losses: Losses, config: TrainConfig, student, teacher) -> list:
     """MobileBERT's progressive knowledge transfer: the first stage as one phase per student
     layer, bottom up, each ``1/m`` of its epochs. At layer ``l`` the hidden and attention losses
@@ -390,9 +400,7 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     teacher_metrics = score(net.to(device), tokenizer, dev_set, teacher_max_length,
                             device=device, desc="score teacher")
     teacher_score = task_score(task_spec, teacher_metrics)
-    general_set = (unlabelled_text(task_spec, data_dir, own=train_set, dev=dev_set,
-                                   rows=config.general_rows or train_limit or 0, seed=config.seed)
-                   if config.general_epochs else None)
+    general_set = general_text(config, task_spec, data_dir, train_set, dev_set, train_limit)
     student_net, student_tok, result = distill_model(net, tokenizer, train_set, dev_set, config,
                                                      desc=f"distill {task_spec.name}",
                                                      general_set=general_set)

@@ -6,7 +6,7 @@ from dataclasses import replace
 from ..errors import CompressorError
 from ..models import count_parameters, load_for_task, resolve_model
 from ..recipe.registry import register_stage
-from .distiller import DistillConfig, distill_model, student_meta
+from .distiller import DistillConfig, distill_model, general_text, student_meta
 from .students import InputStudent, PretrainedStudent
 
 
@@ -24,13 +24,8 @@ def distill_stage(ctx, config: DistillConfig) -> dict:
     teacher, tokenizer = load_for_task(teacher_dir, ctx.task, attn_implementation=attn)
     if getattr(teacher.config, "num_labels", None) != ctx.task.num_labels:
         raise CompressorError(f"teacher {teacher_dir} is not a {ctx.task.name} classifier")
-    general_set = None
-    if config.general_epochs:   # unlabelled text: the training rows and the data folder's other GLUE tasks
-        from ..data import unlabelled_text
-
-        general_set = unlabelled_text(ctx.task, ctx.data_dir, own=ctx.split("train"), dev=ctx.split("dev"),
-                                      rows=config.general_rows or ctx.recipe.train_limit or 0,
-                                      seed=config.seed)
+    general_set = general_text(config, ctx.task, ctx.data_dir, ctx.split("train"), ctx.split("dev"),
+                               ctx.recipe.train_limit)
     student, student_tok, result = distill_model(teacher, tokenizer, ctx.split("train"),
                                                  ctx.split("dev"), config,
                                                  desc=f"distill {ctx.task.name}", general_set=general_set)
