@@ -65,6 +65,12 @@ def test_a_seed_recipes_run_is_scored_against_the_teacher_of_that_very_run(resul
                   {"stage": "distill", "score": last + 1, "parameters": 50},
                   {"stage": "evaluate", "score": last, "parameters": 50}]
         (root / "seeds" / name / "manifest.json").write_text(json.dumps({"task": task, "stages": stages}))
+    # a rerun of TinyBERT's recipe on CoLA whose distill stage trained a general phase first
+    os.makedirs(root / "seeds" / "tinybert-4l-cola" / "01-distill")
+    (root / "seeds" / "tinybert-4l-cola" / "01-distill" / "record.json").write_text(
+        json.dumps({"phases": [{"phase": "general"}, {"phase": "intermediate"}, {"phase": "predict"}]}))
+    (root / "seeds" / "tinybert-4l-cola" / "manifest.json").write_text(json.dumps({"task": "cola", "stages": [
+        {"stage": "teacher", "score": 54.0}, {"dir": "01-distill", "stage": "distill", "score": 20.0}]}))
     entries = summary.collect_seeds(str(root))
     by = {(e["task"], e["model"]): e for e in entries}
     assert [e["model"] for e in entries[:2]] == ["teacher", "teacher"]      # one teacher row per task
@@ -72,6 +78,9 @@ def test_a_seed_recipes_run_is_scored_against_the_teacher_of_that_very_run(resul
     assert by[("rte", "tinybert-4l")]["retention"] == pytest.approx(round(52.5 / 66.0, 4))
     assert by[("cola", "pkd-6l")]["teacher"] == 54.0 and by[("cola", "pkd-6l")]["retention"] == 0.0
     assert "recipes/mpnet/pkd-6l.yaml" in by[("rte", "pkd-6l")]["label"]
+    # the schedule in the label comes from what the run trained, not from the recipe's name
+    assert "task stage only (no general distillation)" in by[("rte", "tinybert-4l")]["label"]
+    assert "general distillation first" in by[("cola", "tinybert-4l")]["label"]
     summary.main(str(root))                       # and the written table carries them
     table = (root / "summary.md").read_text()
     assert "| cola | seeds | BERT-PKD 6-layer" in table and "| 0.00 | 54.00 | 0.0% |" in table

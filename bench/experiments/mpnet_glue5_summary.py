@@ -60,8 +60,8 @@ RUNS = (  # (label, folder under the results root, the models each task may have
 SEED_LABELS = {  # recipes/mpnet/NAME.yaml -> what it reproduces
     "distilbert-6l": "DistilBERT-style 6-layer (soft targets, task loss, hidden cosine)",
     "pkd-6l": "BERT-PKD 6-layer (first six layers, [CLS] hidden states)",
-    "tinybert-4l": "TinyBERT-shaped 4-layer, task stage only (no general distillation)",
-    "minilm-6l": "MiniLM-style 6-layer, 384 wide (Q-K, V-V relations), task stage only",
+    "tinybert-4l": "TinyBERT-shaped 4-layer",
+    "minilm-6l": "MiniLM-style 6-layer, 384 wide (Q-K, V-V relations)",
     "pd-minilm-l6": "PD: the pre-trained MiniLM-L6 student, soft targets",
     "theseus-6l": "BERT-of-Theseus 12 -> 6 (recipe: 2 + 1 epochs)",
     "albert-share": "ALBERT-style sharing (layer pairs, embedding rank 128), kd recovery",
@@ -71,6 +71,21 @@ SEED_LABELS = {  # recipes/mpnet/NAME.yaml -> what it reproduces
     "qbert-mixed": "Q-BERT-style mixed precision (per-layer INT8/FP32)",
     "early-exit": "early exit (entropy), INT8",
 }
+SCHEDULES = {  # what a run's distill phases say, for the randomly built students it matters to
+    ("tinybert-4l", False): ", task stage only (no general distillation)",
+    ("minilm-6l", False): ", task stage only",
+    ("tinybert-4l", True): ", general distillation first",
+    ("minilm-6l", True): ", general distillation first",
+}
+
+
+def _had_general_stage(run_folder: str, manifest: dict) -> bool:
+    """Whether a stage of the run trained a general-distillation phase (its record's phases)."""
+    for stage in manifest["stages"][1:]:
+        record = _load(os.path.join(run_folder, stage.get("dir", ""), "record.json")) or {}
+        if any(p.get("phase") == "general" for p in record.get("phases") or []):
+            return True
+    return False
 
 
 def collect_seeds(root: str) -> list:
@@ -89,8 +104,9 @@ def collect_seeds(root: str) -> list:
             teachers[task] = t
             entries.append({"run": "seeds", "task": task, "model": "teacher", "label": "MPNet-base teacher",
                             "score": t, "teacher": t, "parameters": first.get("parameters")})
+        schedule = SCHEDULES.get((recipe, _had_general_stage(os.path.join(folder, name), manifest)), "")
         entries.append({"run": "seeds", "task": task, "model": recipe,
-                        "label": SEED_LABELS.get(recipe, recipe) + f" (`recipes/mpnet/{recipe}.yaml`)",
+                        "label": SEED_LABELS.get(recipe, recipe) + schedule + f" (`recipes/mpnet/{recipe}.yaml`)",
                         "score": round(last["score"], 2), "teacher": t,
                         "retention": round(last["score"] / first["score"], 4),
                         "parameters": last.get("parameters")})
