@@ -129,6 +129,8 @@ seed() {  # task recipe: one seed system's committed recipe (recipes/mpnet/) on 
   mkdir -p "$OUT/seeds/$name"
   ( cd "$WORK/seeds/$name" 2>/dev/null && find . -maxdepth 3 \( -name '*.json' -o -name '*.md' \) -not -name 'tokenizer*' -not -name 'special_tokens_map.json' -size -4M \
       -not -path '*/.*' -print0 | xargs -0r cp --parents -t "$OUT/seeds/$name" ) || true
+  # no path of this machine in what is committed: the checkout's becomes relative, the home ~/
+  find "$OUT/seeds/$name" -type f -print0 | xargs -0r sed -i -e "s|$PWD/||g" -e "s|$HOME/|~/|g"
   [ $rc = 0 ] || failed seed-$name
 }
 complete() {  # bench results file: written to the end (compressor bench marks a partial one)
