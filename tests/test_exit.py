@@ -341,6 +341,13 @@ def test_the_command_writes_the_model_and_refuses_a_rule_a_regression_task_canno
                              "--train-limit", "16", "--dev-limit", "8", "--set", "rule=entropy")
     assert_one_line_error(code, err, "a regression task exits on patience")
     assert not os.path.exists(tmp_path / "ee2")
+    # the default rule, auto, is the one the task can use: patience here (entropy on SST-2 above
+    # would need no flag either)
+    main(["early-exit", "--model", str(tmp_path / "stsb"), "--out", str(tmp_path / "ee3"), "--data-dir", glue_dir,
+          "--train-limit", "48", "--dev-limit", "8", "--set", "epochs=1", "--set", "calibrate.rows=16",
+          "--set", "max_length=32"])
+    assert "rule patience" in capsys.readouterr().out
+    assert json.load(open(tmp_path / "ee3" / "exits.json"))["rule"] == "patience"
 
 
 def test_a_pruned_student_with_exits_saves_reloads_and_exports_its_own_shape(tmp_path, minilm_dir):

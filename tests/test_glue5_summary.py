@@ -84,3 +84,16 @@ def test_a_seed_recipes_run_is_scored_against_the_teacher_of_that_very_run(resul
     summary.main(str(root))                       # and the written table carries them
     table = (root / "summary.md").read_text()
     assert "| cola | seeds | BERT-PKD 6-layer" in table and "| 0.00 | 54.00 | 0.0% |" in table
+
+
+def test_seed_runs_from_sessions_with_different_teachers_name_every_teacher(results):
+    root, _ = results
+    for name, teacher, last in (("pkd-6l-rte", 66.0, 60.0), ("theseus-6l-rte", 65.0, 58.5)):
+        os.makedirs(root / "seeds" / name)
+        (root / "seeds" / name / "manifest.json").write_text(json.dumps({"task": "rte", "stages": [
+            {"stage": "teacher", "score": teacher}, {"stage": "theseus", "score": last}]}))
+    entries = summary.collect_seeds(str(root))
+    teacher = [e for e in entries if e["model"] == "teacher"]
+    assert len(teacher) == 1 and "65.00, 66.00" in teacher[0]["label"]
+    theseus = [e for e in entries if e["model"] == "theseus-6l"][0]
+    assert theseus["teacher"] == 65.0 and theseus["retention"] == pytest.approx(round(58.5 / 65.0, 4))

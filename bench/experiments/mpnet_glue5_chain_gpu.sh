@@ -26,6 +26,7 @@
 #   PHASE=seeds TASKS=... [LANES=N]: every seed system's committed recipe (recipes/mpnet/*.yaml,
 #     SEEDS and SEEDS_CPU) run by `compressor run` on each task's teacher (fine-tuned first where the
 #     machine has none); each run's manifest, report and stage records come back in OUT/seeds/.
+#     SEEDS_TASK / SEEDS_CPU_TASK (SEEDS_stsb=...) replace them for one task (empty: none).
 #     SEED_DATA="train_limit: 64, dev_limit: 32" makes a dry run of the recipes.
 #   PHASE=collect: only the tar of what exists (after a call cut off by its time limit).
 # Steps a warm machine finished are skipped, so a later call resumes an earlier one. OUT_DIR
@@ -196,11 +197,12 @@ seeds)  # every seed system's recipe on each task's teacher (fine-tuned first wh
   for task in $TASKS; do
    (
     teacher $task || exit 1
-    seeds=($SEEDS)
+    v=SEEDS_$task; seeds=(${!v-$SEEDS}); v=SEEDS_CPU_$task; cpu=${!v-$SEEDS_CPU}
     for ((lane = 0; lane < ${LANES:-1}; lane++)); do  # LANES GPU lanes, recipes dealt round-robin
-      { for ((i = lane; i < ${#seeds[@]}; i += ${LANES:-1})); do seed $task ${seeds[i]}; done; } &
+      { export OMP_NUM_THREADS=${GPU_LANE_THREADS:-2}  # 16 processes of 16 threads each starve the CPU
+        for ((i = lane; i < ${#seeds[@]}; i += ${LANES:-1})); do seed $task ${seeds[i]}; done; } &
     done
-    { for r in $SEEDS_CPU; do seed $task $r; done; } &
+    { export OMP_NUM_THREADS=${CPU_LANE_THREADS:-4}; for r in $cpu; do seed $task $r; done; } &
     wait
    ) &
   done

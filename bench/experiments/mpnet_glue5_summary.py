@@ -101,15 +101,22 @@ def collect_seeds(root: str) -> list:
         first, last = manifest["stages"][0], manifest["stages"][-1]
         t = round(first["score"], 2)
         if task not in teachers:
-            teachers[task] = t
-            entries.append({"run": "seeds", "task": task, "model": "teacher", "label": "MPNet-base teacher",
-                            "score": t, "teacher": t, "parameters": first.get("parameters")})
+            teachers[task] = {"run": "seeds", "task": task, "model": "teacher", "label": "MPNet-base teacher",
+                              "score": t, "teacher": t, "parameters": first.get("parameters"), "scores": []}
+            entries.append(teachers[task])
+        if t not in teachers[task]["scores"]:
+            teachers[task]["scores"].append(t)
         schedule = SCHEDULES.get((recipe, _had_general_stage(os.path.join(folder, name), manifest)), "")
         entries.append({"run": "seeds", "task": task, "model": recipe,
                         "label": SEED_LABELS.get(recipe, recipe) + schedule + f" (`recipes/mpnet/{recipe}.yaml`)",
                         "score": round(last["score"], 2), "teacher": t,
                         "retention": round(last["score"] / first["score"], 4),
                         "parameters": last.get("parameters")})
+    for row in teachers.values():   # each device session fine-tunes its own teachers: name every score
+        scores = row.pop("scores")
+        if len(scores) > 1:
+            row["label"] += (" (fine-tuned again in each device session, same seed: "
+                             + ", ".join(f"{x:.2f}" for x in sorted(scores)) + "; each run is scored against its own)")
     order = {task: i for i, task in enumerate(TASKS)}
     return sorted(entries, key=lambda e: (e["model"] != "teacher", order[e["task"]]))
 

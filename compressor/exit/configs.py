@@ -63,7 +63,7 @@ class EarlyExitConfig(TrainConfig):
     dropout: float = setting(0.1, check=not_negative)
     pooling: str = setting("mean", choices=("mean", "cls"))   # what a head reads: the mean of the real tokens' states, or the first token's
     cache: bool = True            # model fixed: compute each exit's input once
-    rule: str = setting("entropy", choices=RULES)
+    rule: str = setting("auto", choices=RULES + ("auto",))   # auto: entropy, patience on a regression task
     tolerance: float = setting(0.1, check=not_negative)   # patience on a regression task
     calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Optional
 
 from ..models import count_parameters
@@ -24,7 +25,10 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
     from .rules import check_rule
 
     config.check()
-    check_rule(config.rule, 1, model.config.num_labels == 1)   # before any training
+    regression = model.config.num_labels == 1
+    if config.rule == "auto":   # the rule a task can use: no probabilities to threshold in regression
+        config = replace(config, rule="patience" if regression else "entropy")
+    check_rule(config.rule, 1, regression)   # before any training
     set_seed(config.seed)
     device = resolve_device(config.device)
     start = time.perf_counter()
