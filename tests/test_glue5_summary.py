@@ -94,6 +94,6 @@ def test_seed_runs_from_sessions_with_different_teachers_name_every_teacher(resu
             {"stage": "teacher", "score": teacher}, {"stage": "theseus", "score": last}]}))
     entries = summary.collect_seeds(str(root))
     teacher = [e for e in entries if e["model"] == "teacher"]
-    assert len(teacher) == 1 and "65.00, 66.00" in teacher[0]["label"]
+    assert len(teacher) == 1 and "RTE 65.00/66.00" in teacher[0]["label"]
     theseus = [e for e in entries if e["model"] == "theseus-6l"][0]
     assert theseus["teacher"] == 65.0 and theseus["retention"] == pytest.approx(round(58.5 / 65.0, 4))

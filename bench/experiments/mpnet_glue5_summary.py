@@ -112,11 +112,16 @@ def collect_seeds(root: str) -> list:
                         "score": round(last["score"], 2), "teacher": t,
                         "retention": round(last["score"] / first["score"], 4),
                         "parameters": last.get("parameters")})
-    for row in teachers.values():   # each device session fine-tunes its own teachers: name every score
-        scores = row.pop("scores")
-        if len(scores) > 1:
-            row["label"] += (" (fine-tuned again in each device session, same seed: "
-                             + ", ".join(f"{x:.2f}" for x in sorted(scores)) + "; each run is scored against its own)")
+    # each device session fine-tunes its own teachers: one label (the report merges tasks' rows by
+    # label) names every task's scores where they differ
+    spread = [f"{task.upper().replace('STSB', 'STS-B').replace('SST2', 'SST-2')} "
+              + "/".join(f"{x:.2f}" for x in sorted(row["scores"]))
+              for task, row in teachers.items() if len(row["scores"]) > 1]
+    for row in teachers.values():
+        row.pop("scores")
+        if spread:
+            row["label"] += (" (fine-tuned again in each device session, same seed: " + ", ".join(spread)
+                             + "; each run is scored against its own)")
     order = {task: i for i, task in enumerate(TASKS)}
     return sorted(entries, key=lambda e: (e["model"] != "teacher", order[e["task"]]))
 
