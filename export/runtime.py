@@ -49,6 +49,12 @@ def unreadable(path: str, exc: BaseException) -> ExportError:
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")   # what encode() gives
 
 
+def _threads_from_env() -> Optional[int]:
+    """``OMP_NUM_THREADS`` as a whole number of threads, or None (unset or not a positive number)."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 class Predictor:
     """An ONNX classifier with its tokenizer, read from a folder ``export_onnx`` wrote.
 
@@ -87,11 +93,14 @@ class Predictor:
                  spinning: bool = True) -> ort.InferenceSession:
         """The one place the toolkit makes an onnxruntime session; a missing, truncated or corrupt
         file is one line naming it. ``spinning=False``: idle pool threads sleep at once instead
-        of spinning for work (onnxruntime's ``allow_spinning`` 0)."""
+        of spinning for work (onnxruntime's ``allow_spinning`` 0). No ``threads``: the
+        ``OMP_NUM_THREADS`` of the environment where set (the cap PyTorch obeys too; onnxruntime's
+        own default is every physical core, which several jobs on one machine fight over)."""
         if not os.path.isfile(path):
             raise ExportError(f"ONNX model not found: {path}")
         options = ort.SessionOptions()
         options.log_severity_level = 3  # the graph's warnings were shown when it was exported or quantised
+        threads = threads or _threads_from_env()
         if threads:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1

@@ -131,3 +131,19 @@ def test_only_the_predictor_makes_onnxruntime_sessions():
                     if not (rel == os.path.join("export", "runtime.py") and cls == "Predictor"):
                         stray.append(f"{rel}:{line}")
     assert stray == [], "onnxruntime sessions outside compressor.export.runtime.Predictor: " + ", ".join(stray)
+
+
+def test_a_session_without_a_thread_count_takes_omp_num_threads(teacher, tmp_path, monkeypatch):
+    """Several jobs on one machine each cap their sessions with OMP_NUM_THREADS (onnxruntime's own
+    default is every core); an explicit thread count still wins."""
+    from compressor.export.onnx import export_onnx
+    from compressor.export.runtime import Predictor
+
+    folder = str(tmp_path / "onnx")
+    export_onnx(teacher, folder)
+    teacher = folder
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert Predictor(teacher).session.get_session_options().intra_op_num_threads == 1
+    assert Predictor(teacher, threads=2).session.get_session_options().intra_op_num_threads == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "not-a-number")
+    assert Predictor(teacher).session.get_session_options().intra_op_num_threads == 0   # onnxruntime's default
