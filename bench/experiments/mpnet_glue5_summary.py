@@ -110,7 +110,7 @@ def collect_seeds(root: str) -> list:
         entries.append({"run": "seeds", "task": task, "model": recipe,
                         "label": SEED_LABELS.get(recipe, recipe) + schedule + f" (`recipes/mpnet/{recipe}.yaml`)",
                         "score": round(last["score"], 2), "teacher": t,
-                        "retention": round(last["score"] / first["score"], 4),
+                        "retention": round(last["score"] / first["score"], 6),
                         "parameters": last.get("parameters")})
     # each device session fine-tunes its own teachers: one label (the report merges tasks' rows by
     # label) names every task's scores where they differ
@@ -149,7 +149,7 @@ def collect(root: str) -> list:
                 if m is not None:
                     entries.append({"run": where, "task": task, "model": suffix, "label": label,
                                     "score": round(m["score"], 2), "teacher": t,
-                                    "retention": round(m["score"] / teacher["score"], 4),
+                                    "retention": round(m["score"] / teacher["score"], 6),
                                     "parameters": m.get("parameters")})
             for model, what in (("teacher-int8", "teacher"), ("chain-int8", "chain")):
                 q = _load(os.path.join(folder, f"{task}-{model}-quantize.json".replace("teacher-", "")))
@@ -157,7 +157,7 @@ def collect(root: str) -> list:
                     entries.append({"run": where, "task": task, "model": model,
                                     "label": f"{what}, fused ONNX dynamic INT8 (avx512_vnni), scored on the "
                                              "GPU machine's CPU", "score": round(q["score"], 2), "teacher": t,
-                                    "retention": round(q["score"] / teacher["score"], 4),
+                                    "retention": round(q["score"] / teacher["score"], 6),
                                     "parameters": q.get("parameters")})
     return entries
 
@@ -169,7 +169,7 @@ def glue5(entries, run, model) -> dict:
     score = sum(e["score"] for e in got.values()) / 5
     teacher = sum(e["teacher"] for e in got.values()) / 5
     return {"tasks": list(TASKS), "glue5": round(score, 2), "teacher_glue5": round(teacher, 2),
-            "retention": round(score / teacher, 4)}
+            "retention": round(score / teacher, 6)}
 
 
 def main(root: str) -> dict:
@@ -187,7 +187,7 @@ def main(root: str) -> dict:
     kd5 = {"glue5": round(sum(e["score"] for e in mixed) / 5, 2),
            "teacher_glue5": round(sum(e["teacher"] for e in mixed) / 5, 2)} if len(mixed) == 5 else {}
     if kd5:
-        kd5["retention"] = round(kd5["glue5"] / kd5["teacher_glue5"], 4)
+        kd5["retention"] = round(kd5["glue5"] / kd5["teacher_glue5"], 6)
         kd5["note"] = "retention per task against its own run's teacher; SST-2 from the earlier session"
     summary = {"teachers_students_run": glue5(entries, "students", "teacher"),
                "kd_6L_students": kd5, "pkd_6L_students_run": glue5(entries, "students", "6L-pkd"),
