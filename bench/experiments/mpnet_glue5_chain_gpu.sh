@@ -26,7 +26,9 @@
 #   PHASE=seeds TASKS=... [LANES=N]: every seed system's committed recipe (recipes/mpnet/*.yaml,
 #     SEEDS and SEEDS_CPU) run by `compressor run` on each task's teacher (fine-tuned first where the
 #     machine has none); each run's manifest, report and stage records come back in OUT/seeds/.
-#     SEEDS_TASK / SEEDS_CPU_TASK (SEEDS_stsb=...) replace them for one task (empty: none).
+#     SEEDS_TASK / SEEDS_CPU_TASK (SEEDS_stsb=...) replace them for one task (empty: none);
+#     SKIP_COMMITTED=bench/results/mpnet-glue5/seeds skips the pairs committed there with the
+#     recipe as it is now (bench/experiments/seed_done.py).
 #     SEED_DATA="train_limit: 64, dev_limit: 32" makes a dry run of the recipes.
 #   PHASE=collect: only the tar of what exists (after a call cut off by its time limit).
 # Steps a warm machine finished are skipped, so a later call resumes an earlier one. OUT_DIR
@@ -118,6 +120,9 @@ SEEDS=${SEEDS:-distilbert-6l pkd-6l tinybert-4l minilm-6l pd-minilm-l6 theseus-6
 SEEDS_CPU=${SEEDS_CPU:-q8bert-dynamic qbert-mixed}
 seed() {  # task recipe: one seed system's committed recipe (recipes/mpnet/) on this task's teacher
   local task=$1 r=$2 rec=recipes/mpnet/$2.yaml name=$2-$1 rc=0
+  if [ -n "${SKIP_COMMITTED:-}" ] && python3 -m bench.experiments.seed_done "$rec" $task "$WORK/$task" "$SKIP_COMMITTED"; then
+    echo "seed $name: in $SKIP_COMMITTED with this recipe, skipped"; return 0
+  fi
   if [ -n "${SEED_DATA:-}" ]; then  # a dry run: the same recipe with data limits
     mkdir -p "$WORK/recipes"; { cat "$rec"; echo "data: {$SEED_DATA}"; } > "$WORK/recipes/$r.yaml"
     rec=$WORK/recipes/$r.yaml
