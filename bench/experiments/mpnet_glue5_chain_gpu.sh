@@ -118,11 +118,16 @@ theseus() {  # task: BERT-of-Theseus 12 -> 6 from the teacher, constant rate 0.5
 failed() { echo "FAILED $1" >> "$OUT/logs/failed.txt"; }
 SEEDS=${SEEDS:-distilbert-6l pkd-6l tinybert-4l minilm-6l pd-minilm-l6 theseus-6l albert-share mobilebert-progressive q8bert-qat early-exit}
 SEEDS_CPU=${SEEDS_CPU:-q8bert-dynamic qbert-mixed}
+pending() {  # task recipes...: those not committed in SKIP_COMMITTED with the recipe as it is now
+  local task=$1 r; shift
+  for r in "$@"; do
+    [ -n "${SKIP_COMMITTED:-}" ] && python3 -m bench.experiments.seed_done recipes/mpnet/$r.yaml $task \
+      "$WORK/$task" "$SKIP_COMMITTED" && { echo "seed $r-$task: in $SKIP_COMMITTED, skipped" >&2; continue; }
+    echo $r
+  done
+}
 seed() {  # task recipe: one seed system's committed recipe (recipes/mpnet/) on this task's teacher
   local task=$1 r=$2 rec=recipes/mpnet/$2.yaml name=$2-$1 rc=0
-  if [ -n "${SKIP_COMMITTED:-}" ] && python3 -m bench.experiments.seed_done "$rec" $task "$WORK/$task" "$SKIP_COMMITTED"; then
-    echo "seed $name: in $SKIP_COMMITTED with this recipe, skipped"; return 0
-  fi
   if [ -n "${SEED_DATA:-}" ]; then  # a dry run: the same recipe with data limits
     mkdir -p "$WORK/recipes"; { cat "$rec"; echo "data: {$SEED_DATA}"; } > "$WORK/recipes/$r.yaml"
     rec=$WORK/recipes/$r.yaml
@@ -201,8 +206,9 @@ seeds)  # every seed system's recipe on each task's teacher (fine-tuned first wh
   [ -f "$WORK/mpnet/config.json" ] || python3 -m bench.experiments.widen "${MPNET:?MPNET=folder of the base encoder}" "$WORK/mpnet"
   for task in $TASKS; do
    (
+    v=SEEDS_$task; seeds=($(pending $task ${!v-$SEEDS})); v=SEEDS_CPU_$task; cpu=$(pending $task ${!v-$SEEDS_CPU})
+    [ ${#seeds[@]} = 0 ] && [ -z "$cpu" ] && exit 0   # nothing left on this task: no teacher either
     teacher $task || exit 1
-    v=SEEDS_$task; seeds=(${!v-$SEEDS}); v=SEEDS_CPU_$task; cpu=${!v-$SEEDS_CPU}
     for ((lane = 0; lane < ${LANES:-1}; lane++)); do  # LANES GPU lanes, recipes dealt round-robin
       { export OMP_NUM_THREADS=${GPU_LANE_THREADS:-2}  # 16 processes of 16 threads each starve the CPU
         for ((i = lane; i < ${#seeds[@]}; i += ${LANES:-1})); do seed $task ${seeds[i]}; done; } &
