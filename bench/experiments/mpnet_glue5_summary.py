@@ -114,8 +114,9 @@ def collect_seeds(root: str) -> list:
                         "parameters": last.get("parameters")})
     # each device session fine-tunes its own teachers: one label (the report merges tasks' rows by
     # label) names every task's scores where they differ
-    spread = [f"{task.upper().replace('STSB', 'STS-B').replace('SST2', 'SST-2')} "
-              + "/".join(f"{x:.2f}" for x in sorted(row["scores"]))
+    from compressor.data import get_task
+
+    spread = [f"{get_task(task).folder} " + "/".join(f"{x:.2f}" for x in sorted(row["scores"]))
               for task, row in teachers.items() if len(row["scores"]) > 1]
     for row in teachers.values():
         row.pop("scores")
