@@ -315,6 +315,21 @@ stages:
     assert has(lines, bad, 5, "sideways"), lines
     assert has(lines, bad, 6, "cannot follow stage 'early_exit'"), lines
 
+    # a rule the task cannot use is refused with its line before anything runs, also when
+    # --task turns a classification recipe into a regression one
+    from compressor.recipe.schema import RecipeError, load_recipe
+
+    entropy = tmp_path / "entropy.yaml"
+    entropy.write_text(f"name: t\ntask: stsb\nteacher: {teacher}\nstages:\n  - early_exit:\n"
+                       "      epochs: 1\n      rule: entropy\n  - early_exit_export: {}\n")
+    assert has(validate(capsys, str(entropy)), entropy, 7, "stsb is a regression task"), lines
+    entropy.write_text(entropy.read_text().replace("task: stsb", "task: sst2"))
+    load_recipe(str(entropy))
+    with pytest.raises(RecipeError, match="regression task"):
+        load_recipe(str(entropy), task="stsb")
+    entropy.write_text(entropy.read_text().replace("rule: entropy", "rule: auto"))
+    load_recipe(str(entropy), task="stsb")
+
 
 def test_the_command_writes_the_model_and_refuses_a_rule_a_regression_task_cannot_use(
         tmp_path, minilm_dir, glue_dir, capsys):

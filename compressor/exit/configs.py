@@ -76,6 +76,14 @@ class EarlyExitConfig(TrainConfig):
         check_fields(self)
         check_fields(self.calibrate)
 
+    def check_task(self, task):
+        """(setting path, problem) where the task cannot use these settings, else None: read by
+        recipe validation, so a recipe run with ``--task stsb`` says so before any stage."""
+        if task.is_regression and self.rule not in ("auto", "patience"):
+            return ("rule",), (f"{task.name} is a regression task: it exits on patience (rule: "
+                               f"patience or auto), its outputs have no probabilities for {self.rule!r}")
+        return None
+
     def train_config(self) -> TrainConfig:
         names = TrainConfig.__dataclass_fields__
         return TrainConfig(**{k: getattr(self, k) for k in names})

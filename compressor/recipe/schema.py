@@ -188,6 +188,11 @@ def _build(doc, path: str, digest: str, device_override: Optional[str],
             problem(line, str(exc))
             continue
         config = _config(stage_type.config_cls, settings, defaults, line, f"stage '{name}'", problem)
+        # a config may say which tasks it cannot serve (check_task(task) -> a problem or None)
+        if config is not None and task is not None and hasattr(config, "check_task"):
+            wrong = config.check_task(task)
+            if wrong:
+                problem(_line_of(settings, wrong[0], line), f"stage '{name}': {wrong[1]}")
         if kind not in stage_type.accepts:
             problem(line, f"stage '{name}' cannot follow {previous}: it needs a "
                           f"{' or '.join(stage_type.accepts)} model but gets a {kind} one")
