@@ -322,10 +322,10 @@ stages:
     entropy = tmp_path / "entropy.yaml"
     entropy.write_text(f"name: t\ntask: stsb\nteacher: {teacher}\nstages:\n  - early_exit:\n"
                        "      epochs: 1\n      rule: entropy\n  - early_exit_export: {}\n")
-    assert has(validate(capsys, str(entropy)), entropy, 7, "stsb is a regression task"), lines
+    assert has(validate(capsys, str(entropy)), entropy, 7, "stsb: a regression task exits on patience"), lines
     entropy.write_text(entropy.read_text().replace("task: stsb", "task: sst2"))
     load_recipe(str(entropy))
-    with pytest.raises(RecipeError, match="regression task"):
+    with pytest.raises(RecipeError, match="regression task exits on patience"):
         load_recipe(str(entropy), task="stsb")
     entropy.write_text(entropy.read_text().replace("rule: entropy", "rule: auto"))
     load_recipe(str(entropy), task="stsb")

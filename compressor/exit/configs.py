@@ -76,12 +76,22 @@ class EarlyExitConfig(TrainConfig):
         check_fields(self)
         check_fields(self.calibrate)
 
+    def task_rule(self, regression: bool) -> str:
+        """The rule for a task: ``auto`` is entropy, or patience where outputs are a regression
+        score (no probabilities to threshold)."""
+        if self.rule == "auto":
+            return "patience" if regression else "entropy"
+        return self.rule
+
     def check_task(self, task):
         """(setting path, problem) where the task cannot use these settings, else None: read by
         recipe validation, so a recipe run with ``--task stsb`` says so before any stage."""
-        if task.is_regression and self.rule not in ("auto", "patience"):
-            return ("rule",), (f"{task.name} is a regression task: it exits on patience (rule: "
-                               f"patience or auto), its outputs have no probabilities for {self.rule!r}")
+        from .rules import RuleError, check_rule
+
+        try:
+            check_rule(self.task_rule(task.is_regression), 1, task.is_regression)
+        except RuleError as exc:
+            return ("rule",), f"{task.name}: {exc}"
         return None
 
     def train_config(self) -> TrainConfig:

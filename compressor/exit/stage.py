@@ -26,8 +26,7 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
 
     config.check()
     regression = model.config.num_labels == 1
-    if config.rule == "auto":   # the rule a task can use: no probabilities to threshold in regression
-        config = replace(config, rule="patience" if regression else "entropy")
+    config = replace(config, rule=config.task_rule(regression))   # auto: the rule the task can use
     check_rule(config.rule, 1, regression)   # before any training
     set_seed(config.seed)
     device = resolve_device(config.device)
