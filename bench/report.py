@@ -422,15 +422,16 @@ PAGE_STYLE = ("body{{font-family:system-ui,sans-serif;max-width:{width}px;margin
               "th{{background:#f4f4f4}}img{{max-width:100%}}pre{{background:#f7f7f7;padding:1em;overflow:auto}}")
 
 
-def html_document(title: str, md: str, png: Optional[bytes] = None, width: int = 1200) -> str:
-    """A report's markdown as one self-contained page: tables as tables, the plot (the markdown's
-    image line) inline as base64 PNG."""
+def html_document(title: str, md: str, png=None, width: int = 1200) -> str:
+    """A report's markdown as one self-contained page: tables as tables, the plots (the markdown's
+    image lines) inline as base64 PNG (``png``: bytes, or {file: bytes}, as ``md_to_html``)."""
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{PAGE_STYLE.format(width=width)}</style></head><body>{md_to_html(md, png)}</body></html>\n")
 
 
-def md_to_html(md: str, png: Optional[bytes] = None) -> str:
-    """The subset of markdown the reports write: headings, tables, lists, code blocks, the image."""
+def md_to_html(md: str, png=None) -> str:
+    """The subset of markdown the reports write: headings, tables, lists, code blocks, images.
+    ``png``: the bytes of the one image, or {file named in the image line: bytes} for several."""
     out: List[str] = []
     table: List[List[str]] = []
     in_pre = in_list = False
@@ -456,9 +457,12 @@ def md_to_html(md: str, png: Optional[bytes] = None) -> str:
             n = len(heading.group(1))
             out.append(f"<h{n}>{html.escape(heading.group(2))}</h{n}>")
         elif line.startswith("!["):
-            if png:
-                out.append('<img alt="latency versus score" src="data:image/png;base64,'
-                           + base64.b64encode(png).decode() + '">')
+            image = re.match(r"!\[([^\]]*)\]\(([^)]*)\)", line)
+            alt, name = (image.group(1), image.group(2)) if image else ("latency versus score", "")
+            data = png.get(name) if isinstance(png, dict) else png
+            if data:
+                out.append(f'<img alt="{html.escape(alt)}" src="data:image/png;base64,'
+                           + base64.b64encode(data).decode() + '">')
         elif line.startswith("- "):
             if not in_list:
                 out.append("<ul>")

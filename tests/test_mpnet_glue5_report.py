@@ -385,3 +385,20 @@ def test_the_server_chain_score_goes_only_to_a_copy_of_that_very_chain(edge_fold
     rte = {ln["label"]: ln for ln in _machine(rep, "edge-cpu-1t")["tasks"]["rte"]}
     assert rte["chain-int8"]["value"] is None
     assert "pipeline4's chain has other heads than this copy" in rte["chain-int8"]["score_note"]
+
+
+def test_the_seed_systems_get_their_own_plot_beside_the_latency_one(folder, tmp_path):
+    """summary.json's seed rows: each recipe's share of its own run's teacher per task, best mean
+    first, drawn in seeds.png and inlined in the HTML page next to the latency plot."""
+    summary = [row(f"seeds/{t}/{m}", t, "score", v, teacher, parameters=1)
+               for m, t, v, teacher in (("teacher", "rte", 66.0, 66.0), ("q8bert-qat", "rte", 66.5, 66.0),
+                                        ("q8bert-qat", "cola", 54.0, 55.0), ("pkd-6l", "rte", 52.0, 65.0),
+                                        ("pkd-6l", "cola", 0.0, 55.0))]
+    write_results(str(folder / "summary.json"), summary, command="summary", fingerprint_info={"machine": "gpu"})
+    paths, rep, md = _run(folder, tmp_path / "out")
+    assert [r["model"] for r in rep["seeds"]] == ["q8bert-qat", "pkd-6l"]
+    assert rep["seeds"][1]["retention"] == {"rte": pytest.approx(0.8), "cola": 0.0}
+    assert os.path.basename(paths[-1]) == "seeds.png" and os.path.getsize(paths[-1]) > 0
+    assert "![seed systems: score as a share of the teacher](seeds.png)" in md
+    page = open(tmp_path / "out" / "report.html").read()
+    assert page.count("data:image/png;base64,") == 2 and 'alt="seed systems' in page

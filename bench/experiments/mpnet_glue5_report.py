@@ -670,6 +670,7 @@ def build(folder: str) -> dict:
             report["targets"] += targets(m, g5)
     report["targets"] += pipeline_targets(report["pipeline"], report["targets"], runs)
     report["plot"] = [{k: v for k, v in p.items() if k != "lines"} for p in plot_panels(report)]
+    report["seeds"] = seed_retention(report["other_systems"])
     return report
 
 
@@ -744,6 +745,11 @@ def markdown(report: dict, plot_file: Optional[str] = None) -> str:
     lines += _gpu_section(report)
     lines += _task_section(report)
     lines += _others_section(report)
+    if report.get("seeds"):
+        lines += [f"![seed systems: score as a share of the teacher]({SEEDS_PLOT})", "",
+                  "The seed recipes (`recipes/mpnet/`): each run's last dev score as a share of the teacher "
+                  "of its own run, per task; a task without a bar is a pair not run yet. Sorted by the mean "
+                  "over the tasks run.", ""]
     lines += ["## Machines", ""]
     for fp in report["fingerprints"]:
         lines += [f"**{fp['source']}** ({', '.join(fp['tasks'])}; {fp['hosts']} host(s)):", "", fp["text"], ""]
@@ -1010,10 +1016,61 @@ def _panel(ax, name: str, lines: List[dict], where: str, empty: str) -> None:
     ax.grid(True, which="both", alpha=0.3)
 
 
+# -- the seed systems' plot ---------------------------------------------------------
+
+SEEDS_PLOT = "seeds.png"
+
+
+def seed_retention(others: List[dict]) -> List[dict]:
+    """The seed recipes' runs (summary.json's ``seeds`` rows): each task's score over its own
+    run's teacher, the recipes sorted by the mean of those (best first)."""
+    rows = []
+    for m in others:
+        if m["run"] != "seeds" or m["model"] == "teacher":
+            continue
+        share = {t: m["tasks"][t] / m["teacher"][t] for t in TASKS if t in m["tasks"] and m["teacher"].get(t)}
+        if share:
+            rows.append({"model": m["model"], "retention": share})
+    return sorted(rows, key=lambda r: -sum(r["retention"].values()) / len(r["retention"]))
+
+
+def plot_seeds(rows: List[dict]):
+    """Horizontal bars, one group per recipe, one bar per task: score as % of its run's teacher."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = [t for t in TASKS if any(t in r["retention"] for r in rows)]
+    fig, ax = plt.subplots(figsize=(11, 1.0 + 0.55 * len(rows)), dpi=100)
+    height = 0.8 / max(1, len(tasks))
+    colours = plt.get_cmap("tab10")
+    for j, task in enumerate(tasks):
+        ys = [i + (j - (len(tasks) - 1) / 2) * height for i, r in enumerate(rows) if task in r["retention"]]
+        xs = [100 * r["retention"][task] for r in rows if task in r["retention"]]
+        ax.barh(ys, xs, height=height, color=colours(j), label=task)
+        for y, x in zip(ys, xs):   # a score near nothing still says it was run (no bar: not run)
+            if x < 10:
+                ax.text(max(x, 0) + 0.5, y, f"{x:.1f}%", va="center", fontsize=7)
+    ax.axvline(100, color="black", lw=0.8)
+    ax.axvline(99, color="#2ca02c", lw=0.8, ls="--", label="99%")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r["model"] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlim(min(0, min(100 * v for r in rows for v in r["retention"].values()) - 2), 110)
+    ax.set_xlabel("dev score, % of the teacher of the same run")
+    ax.set_title("Seed systems on MPNet-base (recipes/mpnet/): share of the teacher's dev score")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 # -- HTML --------------------------------------------------------------------------
 
-def html_page(md: str, png: bytes, title: str) -> str:
-    """The markdown as one self-contained page (``bench.report.html_document``)."""
+def html_page(md: str, png, title: str) -> str:
+    """The markdown as one self-contained page (``bench.report.html_document``; ``png``: bytes,
+    or {file: bytes} for several plots)."""
     return html_document(title, md, png, width=1300)
 
 
@@ -1026,16 +1083,24 @@ def write_report(report: dict, out: str) -> List[str]:
     import matplotlib.pyplot as plt
 
     paths = [os.path.join(out, f"report.{ext}") for ext in ("md", "html", "png", "json")]
-    fig = plot(report)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    png = buf.getvalue()
+
+    def png_of(fig) -> bytes:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+        return buf.getvalue()
+
+    images = {os.path.basename(paths[2]): png_of(plot(report))}
+    if report.get("seeds"):
+        images[SEEDS_PLOT] = png_of(plot_seeds(report["seeds"]))
     md = markdown(report, os.path.basename(paths[2]))
     write_text(paths[0], md + "\n")
-    write_text(paths[1], html_page(md, png, "MPNet-base GLUE-5 (issue 14)"))
-    write_bytes(paths[2], png)
+    write_text(paths[1], html_page(md, images, "MPNet-base GLUE-5 (issue 14)"))
     write_json(paths[3], _rounded(report))
+    for name, data in images.items():
+        write_bytes(os.path.join(out, name), data)
+    if report.get("seeds"):
+        paths.append(os.path.join(out, SEEDS_PLOT))
     return paths
 
 
