@@ -1099,9 +1099,7 @@ def write_report(report: dict, out: str) -> List[str]:
     write_json(paths[3], _rounded(report))
     for name, data in images.items():
         write_bytes(os.path.join(out, name), data)
-    if report.get("seeds"):
-        paths.append(os.path.join(out, SEEDS_PLOT))
-    return paths
+    return paths + [os.path.join(out, name) for name in images if name != os.path.basename(paths[2])]
 
 
 def _rounded(obj, digits: int = 6):
