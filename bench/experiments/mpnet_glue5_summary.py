@@ -25,9 +25,10 @@ same GPU kind repeats itself; the students and chains move by up to half a point
 server-CPU bench); ``pipeline6/stsb-h100-cut/`` is an STS-B run on that machine cut off before
 its chain's INT8 (another machine's rerun).
 ``seeds/`` is ``PHASE=seeds``: every seed system's committed recipe (``recipes/mpnet/``) run by
-``compressor run`` on each task's teacher fine-tuned on that machine (one H200; MRPC, STS-B, RTE
-and CoLA; cut off by the session's device time, so some recipes ran on some tasks only); each
-run's manifest gives the teacher's and the final model's dev scores.
+``compressor run`` on each task's teacher fine-tuned on that machine (an H200 in each of three
+device sessions; MRPC, STS-B, RTE and CoLA; cut off by the device time, so some recipes ran on
+some tasks only); each run's manifest gives the teacher's (of its own session) and the final
+model's dev scores.
 Dev is scored once per run, at the end; nothing is chosen on dev.
 """
 from __future__ import annotations
@@ -69,7 +70,7 @@ SEED_LABELS = {  # recipes/mpnet/NAME.yaml -> what it reproduces
     "q8bert-dynamic": "Q8BERT-style dynamic INT8 (fused ONNX)",
     "q8bert-qat": "Q8BERT-style quantisation-aware training, INT8",
     "qbert-mixed": "Q-BERT-style mixed precision (per-layer INT8/FP32)",
-    "early-exit": "early exit (entropy), INT8",
+    "early-exit": "early exit (entropy; patience on STS-B), INT8 segments",
 }
 SCHEDULES = {  # what a run's distill phases say, for the randomly built students it matters to
     ("tinybert-4l", False): ", task stage only (no general distillation)",
