@@ -202,7 +202,7 @@ students|pipeline)
   done
   wait ;;
 seeds)  # every seed system's recipe on each task's teacher (fine-tuned first where missing):
-  # per task one lane of GPU recipes (SEEDS) and one of CPU ones (SEEDS_CPU: ONNX export and INT8)
+  # per task LANES lanes of GPU recipes (SEEDS) and one of CPU ones (SEEDS_CPU: ONNX export and INT8)
   [ -f "$WORK/mpnet/config.json" ] || python3 -m bench.experiments.widen "${MPNET:?MPNET=folder of the base encoder}" "$WORK/mpnet"
   for task in $TASKS; do
    (
