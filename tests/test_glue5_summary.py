@@ -107,3 +107,25 @@ def test_the_table_rounds_retention_once(results):
         {"stage": "teacher", "score": 89.7043800006868}, {"stage": "share", "score": 76.74602414255605}]}))
     summary.main(str(root))
     assert "| 76.75 | 89.70 | 85.6% |" in (root / "summary.md").read_text()
+
+
+def test_a_seed_recipe_on_all_five_tasks_gets_a_glue5_figure_and_one_on_four_does_not(results):
+    root, teachers = results
+    for task, t in teachers.items():
+        for recipe, drop in (("distilbert-6l", 3.0), ("theseus-6l", 5.0)):
+            if recipe == "theseus-6l" and task == "sst2":
+                continue                                  # not run on SST-2
+            teacher = t + (0.5 if task == "mrpc" else 0.0)  # another session's MRPC teacher
+            os.makedirs(root / "seeds" / f"{recipe}-{task}")
+            (root / "seeds" / f"{recipe}-{task}" / "manifest.json").write_text(json.dumps({"task": task, "stages": [
+                {"stage": "teacher", "score": teacher}, {"stage": "distill", "score": teacher - drop}]}))
+    got = summary.main(str(root))
+    kd = got["seeds_distilbert-6l"]
+    mean_teacher = (sum(teachers.values()) + 0.5) / 5
+    assert kd["glue5"] == pytest.approx(round(mean_teacher - 3, 2))
+    assert kd["teacher_glue5"] == pytest.approx(round(mean_teacher, 2))
+    assert kd["retention"] == pytest.approx(round((mean_teacher - 3) / mean_teacher, 6), abs=1e-6)
+    assert "glue5" not in got["seeds_theseus-6l"] and "sst2" not in got["seeds_theseus-6l"]["tasks"]
+    table = (root / "summary.md").read_text()
+    assert "GLUE-5 of the seed recipes" in table and f"| {mean_teacher - 3:.2f} | {mean_teacher:.2f} |" in table
+    assert "BERT-of-Theseus" not in table.split("GLUE-5 of the seed recipes")[1].split("GLUE-5: ")[0]

@@ -394,10 +394,15 @@ def test_the_seed_systems_get_their_own_plot_beside_the_latency_one(folder, tmp_
                for m, t, v, teacher in (("teacher", "rte", 66.0, 66.0), ("q8bert-qat", "rte", 66.5, 66.0),
                                         ("q8bert-qat", "cola", 54.0, 55.0), ("pkd-6l", "rte", 52.0, 65.0),
                                         ("pkd-6l", "cola", 0.0, 55.0))]
+    five = {"sst2": 94.0, "mrpc": 90.0, "stsb": 88.0, "rte": 66.0, "cola": 52.0}   # one recipe on every task
+    summary += [row(f"seeds/{t}/distilbert-6l", t, "score", 0.9 * v, v, parameters=1) for t, v in five.items()]
     write_results(str(folder / "summary.json"), summary, command="summary", fingerprint_info={"machine": "gpu"})
     paths, rep, md = _run(folder, tmp_path / "out")
-    assert [r["model"] for r in rep["seeds"]] == ["q8bert-qat", "pkd-6l"]
-    assert rep["seeds"][1]["retention"] == {"rte": pytest.approx(0.8), "cola": 0.0}
+    assert [r["model"] for r in rep["seeds"]] == ["q8bert-qat", "distilbert-6l", "pkd-6l"]
+    assert rep["seeds"][2]["retention"] == {"rte": pytest.approx(0.8), "cola": 0.0}
+    # the GLUE-5 share (for the tick label) only where all five tasks were run
+    assert rep["seeds"][1]["glue5_retention"] == pytest.approx(0.9)
+    assert rep["seeds"][0]["glue5_retention"] is None and rep["seeds"][2]["glue5_retention"] is None
     assert os.path.basename(paths[-1]) == "seeds.png" and os.path.getsize(paths[-1]) > 0
     assert "![seed systems: score as a share of the teacher](seeds.png)" in md
     page = open(tmp_path / "out" / "report.html").read()

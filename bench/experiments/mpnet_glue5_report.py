@@ -1030,7 +1030,7 @@ def seed_retention(others: List[dict]) -> List[dict]:
             continue
         share = {t: m["tasks"][t] / m["teacher"][t] for t in TASKS if t in m["tasks"] and m["teacher"].get(t)}
         if share:
-            rows.append({"model": m["model"], "retention": share})
+            rows.append({"model": m["model"], "retention": share, "glue5_retention": m.get("retention")})
     return sorted(rows, key=lambda r: -sum(r["retention"].values()) / len(r["retention"]))
 
 
@@ -1055,7 +1055,8 @@ def plot_seeds(rows: List[dict]):
     ax.axvline(100, color="black", lw=0.8)
     ax.axvline(99, color="#2ca02c", lw=0.8, ls="--", label="99%")
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([r["model"] for r in rows])
+    ax.set_yticklabels([r["model"] + (f"\nGLUE-5 {100 * r['glue5_retention']:.1f}%" if r.get("glue5_retention") else "")
+                        for r in rows])
     ax.invert_yaxis()
     ax.set_xlim(min(0, min(100 * v for r in rows for v in r["retention"].values()) - 2), 110)
     ax.set_xlabel("dev score, % of the teacher of the same run")

@@ -25,10 +25,11 @@ same GPU kind repeats itself; the students and chains move by up to half a point
 server-CPU bench); ``pipeline6/stsb-h100-cut/`` is an STS-B run on that machine cut off before
 its chain's INT8 (another machine's rerun).
 ``seeds/`` is ``PHASE=seeds``: every seed system's committed recipe (``recipes/mpnet/``) run by
-``compressor run`` on each task's teacher fine-tuned on that machine (an H200 in each of three
-device sessions; MRPC, STS-B, RTE and CoLA; cut off by the device time, so some recipes ran on
+``compressor run`` on each task's teacher fine-tuned on that machine (an H200 in each of four
+device sessions; the fourth added SST-2; cut off by the device time, so some recipes ran on
 some tasks only); each run's manifest gives the teacher's (of its own session) and the final
-model's dev scores.
+model's dev scores. A seed recipe run on all five tasks gets a GLUE-5 figure (``seeds_RECIPE``)
+against the mean of its own runs' teachers.
 Dev is scored once per run, at the end; nothing is chosen on dev.
 """
 from __future__ import annotations
@@ -195,6 +196,9 @@ def main(root: str) -> dict:
                "kd_6L_students": kd5, "pkd_6L_students_run": glue5(entries, "students", "6L-pkd"),
                **{f"{run}_{m}": glue5(entries, run, m) for run in ("pipeline3", "pipeline4")
                   for m in ("teacher", "6L-kd", "chain-hf", "chain", "chain-int8", "teacher-int8")}}
+    recipes = sorted({e["model"] for e in entries if e["run"] == "seeds" and e["model"] != "teacher"})
+    seeds5 = {r: glue5(entries, "seeds", r) for r in recipes}
+    summary.update({f"seeds_{r}": g for r, g in seeds5.items()})
     out = os.path.join(root, "summary.json")
     write_results(out, rows, command="python -m bench.experiments.mpnet_glue5_summary bench/results/mpnet-glue5",
                   fingerprint_info={"machine": "one NVIDIA H100 or H200 (device tool; each run's README line says which), bf16 autocast"},
@@ -205,6 +209,13 @@ def main(root: str) -> dict:
         ret = f"{100 * e['retention']:.1f}%" if "retention" in e else ""
         params = f"{e['parameters'] / 1e6:.1f}M" if e.get("parameters") else ""
         lines.append(f"| {e['task']} | {e['run']} | {e['label']} | {e['score']:.2f} | {e['teacher']:.2f} | {ret} | {params} |")
+    done5 = sorted(((r, g) for r, g in seeds5.items() if "glue5" in g), key=lambda x: -x[1]["retention"])
+    if done5:
+        labels = {e["model"]: e["label"] for e in entries if e["run"] == "seeds"}
+        lines += ["", "GLUE-5 of the seed recipes run on all five tasks (each task against its own run's teacher):", "",
+                  "| recipe | GLUE-5 | teachers' GLUE-5 | retention |", "|---|---:|---:|---:|"]
+        lines += [f"| {labels[r]} | {g['glue5']:.2f} | {g['teacher_glue5']:.2f} | {100 * g['retention']:.1f}% |"
+                  for r, g in done5]
     lines += ["", "GLUE-5: " + json.dumps(summary)]
     with open(os.path.join(root, "summary.md.tmp"), "w") as f:
         f.write("\n".join(lines) + "\n")
