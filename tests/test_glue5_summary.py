@@ -129,3 +129,18 @@ def test_a_seed_recipe_on_all_five_tasks_gets_a_glue5_figure_and_one_on_four_doe
     table = (root / "summary.md").read_text()
     assert "GLUE-5 of the seed recipes" in table and f"| {mean_teacher - 3:.2f} | {mean_teacher:.2f} |" in table
     assert "BERT-of-Theseus" not in table.split("GLUE-5 of the seed recipes")[1].split("GLUE-5: ")[0]
+
+
+def test_a_mixed_precision_run_says_where_its_search_chose(results):
+    """Q-BERT-style runs: a search on dev is labelled best-of-dev, one on training rows says how many."""
+    root, _ = results
+    for name, search in (("qbert-mixed-rte", {"fp32_units": ["layer.7"]}),            # before search_on existed
+                         ("qbert-mixed-cola", {"search_on": "train", "search_rows": 2000, "fp32_units": []})):
+        os.makedirs(root / "seeds" / name / "02-quantize")
+        (root / "seeds" / name / "02-quantize" / "record.json").write_text(json.dumps({"search": search}))
+        (root / "seeds" / name / "manifest.json").write_text(json.dumps({"task": name.split("-")[-1], "stages": [
+            {"stage": "teacher", "score": 60.0}, {"dir": "01-export", "stage": "export", "score": 60.0},
+            {"dir": "02-quantize", "stage": "quantize", "score": 59.5}]}))
+    by = {e["task"]: e for e in summary.collect_seeds(str(root)) if e["model"] == "qbert-mixed"}
+    assert "FP32 layers chosen on dev (best-of-dev)" in by["rte"]["label"]
+    assert "FP32 layers chosen on 2000 training rows" in by["cola"]["label"]

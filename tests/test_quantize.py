@@ -1,6 +1,7 @@
 """Quantisation: every path on a tiny random classifier stays close to its FP32 outputs."""
 import json
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -259,3 +260,28 @@ def test_cli_quantize_and_bad_input(tiny, tmp_path, glue_dir):
     assert exit_.value.code == 1
     with pytest.raises(SystemExit):
         main(["quantize", str(tmp_path / "missing"), "--out", str(tmp_path / "y")])
+
+
+def test_mixed_precision_can_choose_on_training_rows_and_leave_dev_to_the_end(tiny, data, tmp_path, monkeypatch):
+    """search_on: train ranks units and checks max_drop on drawn training rows; dev is scored only
+    once, on the model chosen (search_on: dev, the default, chooses on dev and says so)."""
+    from compressor.quantize import sensitivity as sens
+
+    assert OrtMixedConfig().uses_train is False and OrtMixedConfig(search_on="train").uses_train is True
+    seen = []
+    real = sens.dev_score
+    monkeypatch.setattr(sens, "dev_score", lambda folder, rows, *a, **k: seen.append(rows.split) or real(folder, rows, *a, **k))
+    out = str(tmp_path / "mixed-train")
+    record = quantize(tiny["onnx"], out, OrtMixedConfig(max_drop=100.0, search_on="train", search_rows=12),
+                      train_set=data["train"], dev_set=data["dev"])
+    search = record["search"]
+    assert search["search_on"] == "train" and search["search_rows"] == 12
+    assert seen and set(seen) == {"train (drawn for the search)"}          # dev never scored in the search
+    assert record["split"] == "dev" and record["examples"] == len(data["dev"])   # and scored at the end
+    assert "12 train (drawn for the search) rows" in open(os.path.join(out, "sensitivity.md")).read()
+    again = data["train"].sample(12, 42)
+    assert [e.guid for e in again.examples] == [e.guid for e in data["train"].sample(12, 42).examples]
+    assert [e.guid for e in again.examples] != [e.guid for e in data["train"].sample(12, 43).examples]
+    with pytest.raises(CompressorError, match="search_on: train needs the task's training split"):
+        quantize(tiny["onnx"], str(tmp_path / "none"), OrtMixedConfig(search_on="train"),
+                 train_set=replace(data["train"], examples=[]), dev_set=data["dev"])

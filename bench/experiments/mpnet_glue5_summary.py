@@ -81,6 +81,18 @@ SCHEDULES = {  # what a run's distill phases say, for the randomly built student
 }
 
 
+def _search_note(run_folder: str, manifest: dict) -> str:
+    """Where a mixed-precision search chose (its stage record's ``search``): on dev, the score is a
+    best-of-dev; on drawn training rows, dev was scored once, on the model chosen."""
+    for stage in manifest["stages"][1:]:
+        search = ((_load(os.path.join(run_folder, stage.get("dir", ""), "record.json")) or {}).get("search"))
+        if search:
+            if search.get("search_on", "dev") == "dev":
+                return ", FP32 layers chosen on dev (best-of-dev)"
+            return f", FP32 layers chosen on {search.get('search_rows')} training rows"
+    return ""
+
+
 def _had_general_stage(run_folder: str, manifest: dict) -> bool:
     """Whether a stage of the run trained a general-distillation phase (its record's phases)."""
     for stage in manifest["stages"][1:]:
@@ -109,6 +121,7 @@ def collect_seeds(root: str) -> list:
         if t not in teachers[task]["scores"]:
             teachers[task]["scores"].append(t)
         schedule = SCHEDULES.get((recipe, _had_general_stage(os.path.join(folder, name), manifest)), "")
+        schedule += _search_note(os.path.join(folder, name), manifest)
         entries.append({"run": "seeds", "task": task, "model": recipe,
                         "label": SEED_LABELS.get(recipe, recipe) + schedule + f" (`recipes/mpnet/{recipe}.yaml`)",
                         "score": round(last["score"], 2), "teacher": t,

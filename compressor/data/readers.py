@@ -11,7 +11,8 @@ import csv
 import json
 import math
 import os
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -61,6 +62,13 @@ class Dataset:
     @property
     def labelled(self) -> bool:
         return all(e.label is not None for e in self.examples)
+
+    def sample(self, rows: int, seed: int, split: str | None = None) -> "Dataset":
+        """``rows`` examples drawn at random (seeded; all of them when there are no more), in
+        file order, as a dataset named ``split``."""
+        n = len(self.examples)
+        picked = range(n) if rows >= n else sorted(random.Random(seed).sample(range(n), rows))
+        return replace(self, examples=[self.examples[i] for i in picked], split=split or self.split)
 
 
 def embedded_dir() -> str:

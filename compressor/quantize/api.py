@@ -234,6 +234,17 @@ def ort_auto(job: QuantizeJob, config: OrtAutoConfig) -> dict:
     return _onnx(job, config, _search_writer(job, config))
 
 
+def search_rows(config, train_set, dev_set):
+    """The rows a mixed/auto search scores its candidates on: dev (``search_on: dev``; the dev
+    score reported afterwards is then the one the choice was made on) or ``search_rows`` training
+    rows drawn with ``seed`` (``train``)."""
+    if config.search_on == "dev":
+        return dev_set
+    if train_set is None or not len(train_set):
+        raise CompressorError("search_on: train needs the task's training split; none was loaded")
+    return train_set.sample(config.search_rows, config.seed, split="train (drawn for the search)")
+
+
 def _search(src_folder, work, config, preset, train_set, dev_set) -> tuple:
     """Mixed precision (``mixed``) or the fastest configuration within the tolerance (``auto``)."""
     from compressor.export.runtime import Predictor
@@ -242,24 +253,26 @@ def _search(src_folder, work, config, preset, train_set, dev_set) -> tuple:
     from . import sensitivity as sens
 
     src = ox.onnx_file(src_folder)
+    search_set = search_rows(config, train_set, dev_set)
     report_dir = os.path.join(work, "report")
     os.makedirs(report_dir, exist_ok=True)
-    report = sens.measure_sensitivity(src_folder, dev_set, preset, work, config.granularity, config.threads)
+    report = sens.measure_sensitivity(src_folder, search_set, preset, work, config.granularity, config.threads)
     files = sens.write_report(report, report_dir, dev_set.task.main_metric)
     mixed_path = os.path.join(work, "mixed.onnx")
-    mixed = sens.mixed_precision(src_folder, mixed_path, report, dev_set, preset, config.max_drop,
+    mixed = sens.mixed_precision(src_folder, mixed_path, report, search_set, preset, config.max_drop,
                                  config.threads)
-    result = {"sensitivity": report, "mixed": mixed, "files": files}
+    result = {"search_on": config.search_on, "search_split": search_set.split, "search_rows": len(search_set),
+              "sensitivity": report, "mixed": mixed, "files": files}
     if config.method == "mixed":
         if not mixed["met"]:
-            raise CompressorError(f"no mix of FP32 and INT8 units keeps the dev drop within "
+            raise CompressorError(f"no mix of FP32 and INT8 units keeps the drop on {search_set.split} within "
                                   f"{config.max_drop} points (best: {mixed['drop']:.2f})")
         result["fp32_units"] = mixed["fp32_units"]
         return mixed_path, result
 
     # auto: the fastest of dynamic, static and the mixed model that meets the tolerance
     predictor = Predictor(src_folder, threads=config.threads)
-    timing = ox.calibration_feeds(predictor, dev_set.examples, 100, config.seed)
+    timing = ox.calibration_feeds(predictor, search_set.examples, 100, config.seed)
 
     def build_dynamic():
         path = os.path.join(work, "auto-dynamic.onnx")
@@ -280,7 +293,7 @@ def _search(src_folder, work, config, preset, train_set, dev_set) -> tuple:
                   ("fp32", lambda: src)]
     choice = sens.accuracy_aware(
         candidates, report["fp32_score"], config.max_drop,
-        score_fn=lambda p: sens.dev_score(src_folder, dev_set, p, config.threads),
+        score_fn=lambda p: sens.dev_score(src_folder, search_set, p, config.threads),
         latency_fn=lambda p: sens.latency_ms(src_folder, p, timing, threads=1))
     if choice["chosen"] is None:
         raise CompressorError("no configuration met the tolerance, not even FP32")

@@ -13,7 +13,10 @@ _HELP = {
     "backend": "onnxruntime (writes an ONNX export folder), torchao or inc (PyTorch folders).",
     "preset": "Hardware to deploy to: avx2, avx512_vnni, amx, arm64.",
     "calibration": "Static INT8 calibration: minmax, entropy, percentile.",
-    "max_drop": "mixed/auto: tolerated dev score drop in points.",
+    "max_drop": "mixed/auto: tolerated score drop in points on the search rows.",
+    "search_on": "mixed/auto: choose on dev (the dev score reported is then a best-of-dev) or on "
+                 "--search-rows training rows drawn with --seed (dev scored once, at the end).",
+    "search_rows": "mixed/auto with --search-on train: how many training rows.",
     "granularity": "mixed/auto: sensitivity per matrix or per layer.",
     "exclude": "Keep this ONNX node / torch module in FP32 (repeatable).",
     "smoothquant_alpha": "inc: apply SmoothQuant with this alpha before static INT8.",

@@ -25,6 +25,7 @@ from .presets import PRESET_NAMES, resolve_preset
 
 CALIBRATIONS = ("minmax", "entropy", "percentile")
 GRANULARITIES = ("matrix", "layer")
+SEARCH_SPLITS = ("dev", "train")
 
 
 @picks_type_by("backend", "method")
@@ -109,8 +110,19 @@ class CalibrationSettings:
 
 @dataclass
 class SearchSettings:
-    max_drop: float = setting(0.5, check=not_negative)   # tolerated dev score drop (points)
+    """What the mixed/auto search ranks and checks ``max_drop`` on: the dev split (``search_on:
+    dev``, and then the dev score reported is the one the choice was made on) or ``search_rows``
+    training rows drawn with ``seed`` (``train``: dev is scored once, on the model chosen)."""
+
+    max_drop: float = setting(0.5, check=not_negative)   # tolerated score drop (points) on the search rows
     granularity: str = setting("layer", choices=GRANULARITIES)   # sensitivity per matrix or per layer
+    search_on: str = setting("dev", choices=SEARCH_SPLITS)
+    search_rows: int = setting(2000, check=positive)     # training rows drawn when search_on is train
+    seed: int = 42                                       # which training rows
+
+    @property
+    def uses_train(self) -> bool:
+        return self.search_on == "train"
 
 
 # -- ONNX Runtime --------------------------------------------------------------------
@@ -155,7 +167,8 @@ class OrtQATConfig(HardwareSettings, GraphSettings, OrtQuantizeConfig):
 @variant
 @dataclass
 class OrtMixedConfig(HardwareSettings, SearchSettings, OrtQuantizeConfig):
-    """INT8 with the units the dev score is most sensitive to kept in FP32, within ``max_drop``."""
+    """INT8 with the units the score is most sensitive to kept in FP32, within ``max_drop`` (on dev,
+    or on drawn training rows: ``search_on``)."""
 
     method: str = tag("mixed")
     needs_dev: ClassVar[bool] = True

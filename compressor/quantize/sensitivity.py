@@ -94,7 +94,7 @@ def measure_sensitivity(folder: str, dev_set, preset, work_dir: str, granularity
     everything = dev_score(folder, dev_set, path, threads)
     order = sorted(rows, key=lambda r: (-r["drop"], r["unit"]))
     return {"granularity": granularity, "fp32_score": baseline, "all_int8_score": everything,
-            "units": order, "examples": len(dev_set)}
+            "units": order, "examples": len(dev_set), "split": dev_set.split}
 
 
 def dev_score(folder: str, dev_set, model_file: Optional[str] = None, threads: Optional[int] = None) -> float:
@@ -109,7 +109,7 @@ def dev_score(folder: str, dev_set, model_file: Optional[str] = None, threads: O
 def table(report: dict, metric: str) -> str:
     """The sensitivity report as a Markdown table (most sensitive first)."""
     lines = [f"FP32 {metric}: {report['fp32_score']:.2f}; every unit INT8: {report['all_int8_score']:.2f} "
-             f"({report['examples']} dev rows, one unit quantised at a time)", "",
+             f"({report['examples']} {report.get('split', 'dev')} rows, one unit quantised at a time)", "",
              f"| unit | {metric} with only it INT8 | drop |", "|---|---:|---:|"]
     for r in report["units"]:
         lines.append(f"| {r['unit']} | {r['score']:.2f} | {r['drop']:+.2f} |")
