@@ -277,8 +277,34 @@ def main(argv=None):
     """Entry point: a user's mistake is one line on stderr and exit status 1, never a traceback."""
     # transformers' advice ("You should probably TRAIN this model...") is noise at a command line
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    with terminate_cleanly():
-        _main(argv)
+    try:
+        with terminate_cleanly():
+            _main(argv)
+    except SystemExit as exc:
+        _leave(exc.code)
+        raise
+    _leave(0)
+
+
+def _leave(code) -> None:
+    """One of several processes (torchrun) ends here once its command is done and the process
+    group is left: gloo's threads could race the interpreter's teardown and kill a finished rank
+    with "terminate called without an active exception" (exit 250)."""
+    from .distributed import left_group
+
+    if not left_group():
+        return
+    import logging
+
+    if code is not None and not isinstance(code, int):   # sys.exit("message") prints it
+        print(code, file=sys.stderr)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
 
 
 def _interrupted(args) -> str:

@@ -103,12 +103,22 @@ def shard(items: Sequence, index: Optional[int] = None, count: Optional[int] = N
     return items[start:start + base + (index < extra)]
 
 
+_LEFT_GROUP = False   # this process joined a process group and has left it (shutdown)
+
+
 def shutdown() -> None:
     """Leave the process group at the end of a command (torch warns when a process does not)."""
+    global _LEFT_GROUP
     if _group_ready():
         import torch.distributed as dist
 
         dist.destroy_process_group()
+        _LEFT_GROUP = True
+
+
+def left_group() -> bool:
+    """Whether this process was one rank of a process group that :func:`shutdown` has left."""
+    return _LEFT_GROUP
 
 
 def launch(nproc: int, argv: Sequence[str], device: Optional[str] = None) -> int:
