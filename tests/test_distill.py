@@ -2,6 +2,7 @@
 small BiLSTM/CNN students, the stage and the command, and end-to-end runs that teach a student."""
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -434,3 +435,57 @@ def test_general_distillation_needs_a_layer_loss_and_its_text():
         DistillConfig(general_epochs=1, losses={"kd": 1}).check()
     with pytest.raises(CompressorError, match="needs unlabelled text"):   # a recovery, say: no text given
         distill_model(None, None, None, None, DistillConfig(general_epochs=1, losses={"kd": 1, "hidden": 1}))
+
+
+def test_general_distillation_from_the_base_encoder_is_done_once_and_reused_by_other_tasks(tiny_models, tmp_path, glue_dir):
+    """TinyBERT's task-agnostic stage as the paper runs it: the general phase learns from the
+    encoder the task teachers come from, over text that is the same for every task (every
+    task's dev sentences left out), kept in general_cache and loaded, not trained, by the next
+    task's run, whatever its classifier."""
+    import os
+
+    base = tiny_models["bert"]
+    cache = tmp_path / "general"
+    config = DistillConfig(epochs=1, lr=3e-3, **QUICK, general_epochs=1, general_rows=24,
+                           general_teacher=base, general_cache=str(cache),
+                           student={"kind": "config", "num_layers": 1, "hidden_size": 16, "heads": 4},
+                           losses={"kd": 1, "hidden": 1, "attention": 1})
+    first = distill(base, str(tmp_path / "sst2"), task="sst2", config=config, data_dir=glue_dir,
+                    train_limit=32, dev_limit=16)
+    kept = first["phases"][0]
+    assert kept["phase"] == "general" and kept["steps"] == 2 and os.path.isdir(kept["kept"])
+    assert len([d for d in os.listdir(cache) if not d.startswith(".")]) == 1
+    for task in ("stsb", "rte"):                 # a regression head, and another classifier
+        again = distill(base, str(tmp_path / task), task=task, config=config, data_dir=glue_dir,
+                        train_limit=32, dev_limit=16)
+        general = again["phases"][0]
+        assert general["cached"] == kept["kept"] and general["steps"] == 0
+        assert general["trained_by"]["digest"] == os.path.basename(kept["kept"])
+        assert again["phases"][1]["phase"] == "predict" and again["phases"][1]["steps"] > 0
+    # another general setting is another entry, trained
+    other = distill(base, str(tmp_path / "other"), task="rte", config=replace(config, general_lr=1e-3),
+                    data_dir=glue_dir, train_limit=32, dev_limit=16)
+    assert "kept" in other["phases"][0] and other["phases"][0]["kept"] != kept["kept"]
+    with pytest.raises(CompressorError, match="general_teacher and general_cache belong to general"):
+        DistillConfig(general_cache=str(cache), losses={"kd": 1, "hidden": 1}).check()
+
+
+def test_shared_general_text_leaves_out_every_tasks_dev_sentences(glue_dir):
+    """The text of a shared general phase is one text: the same for SST-2 and STS-B, and without
+    STS-B's dev sentences even when SST-2 asks (STS-B's training file holds some of them)."""
+    from compressor.data import get_task, load_split, unlabelled_text
+
+    stsb, sst2 = get_task("stsb"), get_task("sst2")
+    stsb_dev = {t.strip() for e in load_split(stsb, "dev", glue_dir).examples for t in e.texts}
+    own = {t.strip() for e in load_split(stsb, "train", glue_dir).examples for t in e.texts}
+    both = stsb_dev & own
+    assert both                                             # what makes the difference visible
+    plain = unlabelled_text(sst2, glue_dir, own=load_split(sst2, "train", glue_dir, limit=50),
+                            dev=load_split(sst2, "dev", glue_dir))
+    shared = unlabelled_text(sst2, glue_dir, own=load_split(sst2, "train", glue_dir, limit=50),
+                             dev=load_split(sst2, "dev", glue_dir), shared=True)
+    assert both & {e.texts[0] for e in plain.examples}
+    assert not both & {e.texts[0] for e in shared.examples}
+    from_stsb = unlabelled_text(stsb, glue_dir, own=load_split(stsb, "train", glue_dir),
+                                dev=load_split(stsb, "dev", glue_dir), shared=True)
+    assert [e.texts[0] for e in from_stsb.examples] == [e.texts[0] for e in shared.examples]

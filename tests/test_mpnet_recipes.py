@@ -36,7 +36,7 @@ def mpnet_teacher(tmp_path_factory, minilm_dir):
     return path
 
 
-def shrunk(path: str, out: str) -> str:
+def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = "") -> str:
     """The recipe with small data slices, the CPU, and a short benchmark."""
     with open(path) as f:
         doc = yaml.safe_load(f)
@@ -55,6 +55,10 @@ def shrunk(path: str, out: str) -> str:
             settings["embedding_rank"] = 8               # the tiny model's width is 48
         if name == "quantize" and settings.get("method") == "mixed":
             settings["max_drop"] = 100.0
+        if settings.get("general_teacher") not in (None, "teacher"):   # the base encoder: here, the teacher's
+            settings["general_teacher"] = general_teacher
+        if settings.get("general_cache"):
+            settings["general_cache"] = general_cache
     with open(out, "w") as f:
         yaml.safe_dump(doc, f)
     return out
@@ -69,7 +73,7 @@ def test_every_seed_system_has_an_mpnet_recipe():
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: os.path.basename(p)[:-5])
 def test_the_recipe_runs_on_an_mpnet_teacher(recipe, mpnet_teacher, glue_dir, tmp_path):
-    path = shrunk(recipe, str(tmp_path / "r.yaml"))
+    path = shrunk(recipe, str(tmp_path / "r.yaml"), mpnet_teacher, str(tmp_path / "general"))
     manifest = run_recipe(path, str(tmp_path / "run"), data_dir=glue_dir, task="sst2",
                           teacher=mpnet_teacher, log=lambda msg: None)
     stages = manifest["stages"]

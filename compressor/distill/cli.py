@@ -75,6 +75,12 @@ def register(cli):
                   help="Learning rate of that stage [default: --intermediate-lr, else --lr].")
     @click.option("--general-rows", type=int, default=0,
                   help="At most N sentences of that text, a seeded sample [default: all; --train-limit if given].")
+    @click.option("--general-teacher", default="teacher", show_default=True,
+                  help="The general stage's teacher: 'teacher' (the task teacher) or a folder: the "
+                       "pre-trained encoder the teacher was fine-tuned from, as TinyBERT and MiniLM do.")
+    @click.option("--general-cache", default="",
+                  help="A folder that keeps the general stage; a later run with the same student, settings, "
+                       "general teacher and text (every task's dev sentences left out) loads it, for any task.")
     @click.option("--no-cache", is_flag=True, help="Run the teacher on every batch instead of caching its logits.")
     @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
     @click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
@@ -83,7 +89,8 @@ def register(cli):
     @_train_options
     def distill(teacher, out, task, data_dir, train_file, dev_file, text_columns, label_column,
                 student, loss, intermediate_epochs, intermediate_lr, progressive,
-                general_epochs, general_lr, general_rows, no_cache, train_limit, dev_limit, overwrite, nproc, **kwargs):
+                general_epochs, general_lr, general_rows, general_teacher, general_cache, no_cache, train_limit,
+                dev_limit, overwrite, nproc, **kwargs):
         """Distil a task checkpoint into a smaller student; writes the student and metrics.json."""
         from .distiller import DistillConfig, distill as run
 
@@ -96,12 +103,14 @@ def register(cli):
                                intermediate_epochs=intermediate_epochs,
                                intermediate_lr=intermediate_lr, progressive=progressive,
                                general_epochs=general_epochs, general_lr=general_lr,
-                               general_rows=general_rows, cache_teacher_logits=not no_cache)
+                               general_rows=general_rows, general_teacher=general_teacher,
+                               general_cache=general_cache, cache_teacher_logits=not no_cache)
         record = run(teacher, out, task=task, config=config, data_dir=data_dir,
                      train_limit=train_limit, dev_limit=dev_limit, overwrite=overwrite,
                      user_data=_user_data(train_file, dev_file, text_columns, label_column))
         _print_metrics(record)
+        retention = "n/a (teacher scores 0)" if record["retention"] is None else f"{100 * record['retention']:.1f}%"
         click.echo(f"teacher score {record['teacher_score']:.2f}, retention "
-                   f"{100 * record['retention']:.1f}%, parameters {record['parameters']:,} "
+                   f"{retention}, parameters {record['parameters']:,} "
                    f"(teacher {record['teacher_parameters']:,})")
         click.echo(f"student: {os.path.abspath(out)}")

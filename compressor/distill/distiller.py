@@ -37,6 +37,8 @@ class DistillConfig(TrainConfig):
     general_epochs: float = setting(0.0, check=not_negative)   # general distillation first: this many epochs of layer losses over unlabelled text
     general_lr: float = 0.0            # its learning rate; 0 = intermediate_lr, else lr
     general_rows: int = setting(0, check=not_negative)   # at most this many sentences of that text (a seeded sample); 0 = all
+    general_teacher: str = "teacher"   # the general phase's teacher: the stage's, or a folder (the encoder the task teachers were fine-tuned from, as the papers do)
+    general_cache: str = ""            # a folder: the general phase is kept there and reused by any run with the same student, settings, general teacher and text
     cache_teacher_logits: bool = True  # run the teacher once over the train set when only logits are needed
     teacher: str = "recipe"            # stage only: recipe (the recipe's teacher), input, or a folder
 
@@ -57,12 +59,20 @@ class DistillConfig(TrainConfig):
                                   "layers: set intermediate_epochs")
         if self.progressive and not any(hasattr(s, "layers") for _, s in self.losses.active()):
             raise CompressorError("progressive transfer needs a hidden or attention loss in losses")
+        if (self.general_teacher != "teacher" or self.general_cache) and not self.general_epochs:
+            raise CompressorError("general_teacher and general_cache belong to general distillation: "
+                                  "set general_epochs")
         if self.general_epochs and not self.losses.layer_losses():
             raise CompressorError("general_epochs needs a layer loss (hidden, embedding, attention, "
                                   "cosine or minilm) in losses: general distillation matches layers")
         if self.intermediate_epochs and not self.losses.prediction_only().active():
             raise CompressorError("intermediate_epochs needs a prediction-layer loss (kd, task or "
                                   "logits_mse) for the second stage")
+
+    @property
+    def shared_general(self) -> bool:
+        """A general phase other tasks may reuse: its text must not depend on the task."""
+        return bool(self.general_epochs) and (self.general_teacher != "teacher" or bool(self.general_cache))
 
     def train_config(self) -> TrainConfig:
         names = TrainConfig.__dataclass_fields__
@@ -215,14 +225,17 @@ def teacher_logits_cache(teacher, teacher_tokenizer, student_tokenizer, examples
 def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: DistillConfig,
                   desc: str = "distill", student: Optional[nn.Module] = None,
                   student_tokenizer=None, callbacks: Sequence = (),
-                  general_set=None) -> Tuple[nn.Module, object, dict]:
+                  general_set=None, general_teacher=None,
+                  general_teacher_path: str = "") -> Tuple[nn.Module, object, dict]:
     """Build the student ``config.student`` says, train it from ``teacher``; return it, its
     tokenizer, and the training record (the teacher is left unchanged).
 
     A ``student`` model given (a pruned model recovering, say) is trained as it is, with
     ``student_tokenizer`` (the teacher's by default); ``callbacks`` go to ``fit``.
     ``general_set``: the unlabelled text of ``config.general_epochs``
-    (:func:`compressor.data.unlabelled_text`).
+    (:func:`compressor.data.unlabelled_text`); ``general_teacher``: the model the general phase
+    learns from (``teacher`` when None), loaded from ``general_teacher_path`` (which, with
+    ``config.general_cache``, identifies it: :mod:`compressor.distill.general`).
     """
     config.check()
     if config.general_epochs and general_set is None:
@@ -265,9 +278,12 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
         if config.progressive:
             phases = progressive_phases(losses, first, student, teacher) + phases[1:]
     if config.general_epochs:   # TinyBERT's general distillation: the layer losses on unlabelled text
-        general = replace(base, epochs=config.general_epochs, eval_every=10 ** 9,
-                          lr=config.general_lr or config.intermediate_lr or base.lr)
-        phases = [("general", losses.intermediate_only(), general, [])] + phases
+        phases = [("general", losses.intermediate_only(), general_phase_config(config), [])] + phases
+    if general_teacher is not None:
+        _check_general_teacher(general_teacher, teacher, teacher_tokenizer, general_teacher_path)
+        general_teacher.eval().to(device)
+        for p in general_teacher.parameters():
+            p.requires_grad_(False)
     history, cache, start = [], None, time.perf_counter()
     for name, phase_losses, phase_config, fixed in phases:
         phase_train = general_set if name == "general" else train_set
@@ -286,24 +302,96 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
                 and not teacher_types and len(task.text_fields) > 1:
             raise CompressorError("this student drops segment ids the teacher needs for sentence "
                                   "pairs; keep cache_teacher_logits on")
-        loss_fn = DistillLoss(teacher, student, phase_losses, phase_cache, teacher_types)
+        phase_teacher = general_teacher if name == "general" and general_teacher is not None else teacher
+
+        def train(phase_losses=phase_losses, phase_cache=phase_cache, phase_config=phase_config,
+                  phase_train=phase_train, name=name, phase_teacher=phase_teacher):
+            loss_fn = DistillLoss(phase_teacher, student, phase_losses, phase_cache, teacher_types)
+            try:
+                return fit(trainee, tokenizer, phase_train, dev_set, phase_config, loss_fn,
+                           desc=f"{desc} ({name})" if len(phases) > 1 else desc, callbacks=callbacks)
+            finally:
+                loss_fn.close()
+
         try:
-            result = fit(trainee, tokenizer, phase_train, dev_set, phase_config, loss_fn,
-                         desc=f"{desc} ({name})" if len(phases) > 1 else desc,
-                         callbacks=callbacks)
+            if name == "general" and config.general_cache:
+                result = _cached_general(train, trainee, config, general_teacher_path, general_set)
+            else:
+                result = train()
         finally:
-            loss_fn.close()
             for p in fixed:
                 p.requires_grad_(True)
         history.append({"phase": name, "train_examples": len(phase_train), **result})
     student = trainee.student.to("cpu").eval()
     teacher.to("cpu")
+    if general_teacher is not None:
+        general_teacher.to("cpu")
     final = history[-1]
     return student, tokenizer, {
         "student": made, "metrics": final["best"]["metrics"], "score": final["best"]["score"],
         "best_step": final["best"]["step"], "steps": sum(h["steps"] for h in history),
         "phases": history, "cached_teacher_logits": cache is not None,
         "train_time_s": round(time.perf_counter() - start, 2)}
+
+
+def general_phase_config(config: DistillConfig) -> TrainConfig:
+    """The general phase's training settings: ``general_epochs`` at ``general_lr`` (else the
+    intermediate rate, else ``lr``), one evaluation at the end."""
+    return replace(config.train_config(), epochs=config.general_epochs, eval_every=10 ** 9,
+                   lr=config.general_lr or config.intermediate_lr or config.lr)
+
+
+def load_general_teacher(config: DistillConfig, task, teacher_path: str, tokenizer, attn=None):
+    """``(model, path)`` of the general phase's teacher: ``(None, teacher_path)`` when it is the
+    stage's own teacher; a folder is loaded through the loader registry (a bare encoder gets a
+    head it never uses) and must tokenise as the teacher does."""
+    if not config.general_epochs or config.general_teacher == "teacher":
+        return None, teacher_path
+    path = resolve_model(config.general_teacher)
+    model, other = load_for_task(path, task, attn_implementation=attn)
+    if not same_tokenizer(tokenizer, other):
+        raise CompressorError(f"general_teacher {path} tokenises differently from the teacher; "
+                              "give the encoder the teacher was fine-tuned from")
+    return model, path
+
+
+def _check_general_teacher(general_teacher, teacher, tokenizer, path: str) -> None:
+    """The general teacher stands in for the teacher in the layer losses: same width, depth and
+    heads (the projections and layer pairs are the teacher's)."""
+    a, b = arch_of(general_teacher), arch_of(teacher)
+    mine = (_width(general_teacher), _layers(general_teacher), a.num_heads(general_teacher.config))
+    theirs = (_width(teacher), _layers(teacher), b.num_heads(teacher.config))
+    if mine != theirs:
+        raise CompressorError(f"general_teacher {path}: width, layers and heads {mine} differ from the "
+                              f"teacher's {theirs}; give the encoder the teacher was fine-tuned from")
+
+
+def _cached_general(train, trainee, config: DistillConfig, teacher_path: str, general_set) -> dict:
+    """The general phase from ``config.general_cache`` when a run with the same digest kept it,
+    else trained (``train()``) and kept there. Under several processes the main one holds the
+    lock and decides; all train together or all load."""
+    import contextlib
+
+    from . import general
+
+    key = general.digest(config, teacher_path or "(the stage's teacher)", general_set)
+    lock = general.locked(config.general_cache, key) if distributed.is_main() else \
+        contextlib.nullcontext(os.path.join(config.general_cache, key))
+    with lock as path:
+        hit = distributed.broadcast(general.has(path) if distributed.is_main() else None)
+        if hit:
+            kept = general.load(path, trainee)
+            result = {"cached": os.path.abspath(path), "steps": 0, "trained_by": kept}
+        else:
+            result = train()
+            if distributed.is_main():
+                general.save(path, trainee, {
+                    "digest": key, "general_teacher": teacher_path, "text": general_set.source,
+                    "sentences": len(general_set), **{k: result.get(k) for k in (
+                        "steps", "train_time_s", "train_rows", "samples_per_s", "processes")}})
+            result = {**result, "kept": os.path.abspath(path)}
+        distributed.barrier()
+    return result
 
 
 def general_text(config: DistillConfig, task, data_dir, train_set, dev_set, train_limit=None):
@@ -313,7 +401,8 @@ def general_text(config: DistillConfig, task, data_dir, train_set, dev_set, trai
     if not config.general_epochs:
         return None
     return unlabelled_text(task, data_dir, own=train_set, dev=dev_set,
-                           rows=config.general_rows or train_limit or 0, seed=config.seed)
+                           rows=config.general_rows or train_limit or 0, seed=config.seed,
+                           shared=config.shared_general)
 
 
 def progressive_phases(losses: Losses, config: TrainConfig, student, teacher) -> list:
@@ -401,9 +490,11 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
                             device=device, desc="score teacher")
     teacher_score = task_score(task_spec, teacher_metrics)
     general_set = general_text(config, task_spec, data_dir, train_set, dev_set, train_limit)
+    general_net, general_path = load_general_teacher(config, task_spec, teacher_path, tokenizer, attn)
     student_net, student_tok, result = distill_model(net, tokenizer, train_set, dev_set, config,
                                                      desc=f"distill {task_spec.name}",
-                                                     general_set=general_set)
+                                                     general_set=general_set, general_teacher=general_net,
+                                                     general_teacher_path=general_path)
     record = {
         "task": task_spec.name, "split": "dev", "teacher": teacher,
         "metrics": result["metrics"], "score": result["score"],

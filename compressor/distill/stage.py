@@ -6,7 +6,7 @@ from dataclasses import replace
 from ..errors import CompressorError
 from ..models import count_parameters, load_for_task, resolve_model
 from ..recipe.registry import register_stage
-from .distiller import DistillConfig, distill_model, general_text, student_meta
+from .distiller import DistillConfig, distill_model, general_text, load_general_teacher, student_meta
 from .students import InputStudent, PretrainedStudent
 
 
@@ -26,9 +26,12 @@ def distill_stage(ctx, config: DistillConfig) -> dict:
         raise CompressorError(f"teacher {teacher_dir} is not a {ctx.task.name} classifier")
     general_set = general_text(config, ctx.task, ctx.data_dir, ctx.split("train"), ctx.split("dev"),
                                ctx.recipe.train_limit)
+    general_teacher, general_path = load_general_teacher(config, ctx.task, teacher_dir, tokenizer, attn)
     student, student_tok, result = distill_model(teacher, tokenizer, ctx.split("train"),
                                                  ctx.split("dev"), config,
-                                                 desc=f"distill {ctx.task.name}", general_set=general_set)
+                                                 desc=f"distill {ctx.task.name}", general_set=general_set,
+                                                 general_teacher=general_teacher,
+                                                 general_teacher_path=general_path)
     meta = student_meta(ctx.task, config, student, recipe=ctx.recipe.name)
     save_checkpoint(student, student_tok, ctx.out_dir, meta)
     return {"metrics": result["metrics"], "score": result["score"], "split": "dev",
