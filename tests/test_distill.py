@@ -489,3 +489,26 @@ def test_shared_general_text_leaves_out_every_tasks_dev_sentences(glue_dir):
     from_stsb = unlabelled_text(stsb, glue_dir, own=load_split(stsb, "train", glue_dir),
                                 dev=load_split(stsb, "dev", glue_dir), shared=True)
     assert [e.texts[0] for e in from_stsb.examples] == [e.texts[0] for e in shared.examples]
+
+
+def test_a_run_waits_for_the_general_phase_another_run_is_training(tmp_path, capsys):
+    """The cache entry is taken under a lock: a second run blocks (and says so) until the first
+    lets go, then finds what it kept."""
+    import threading
+    import time
+
+    from compressor.distill import general
+
+    events = []
+    with general.locked(str(tmp_path), "k") as path:
+        def second():
+            with general.locked(str(tmp_path), "k"):
+                events.append(("second", time.monotonic()))
+        thread = threading.Thread(target=second)
+        thread.start()
+        time.sleep(0.3)
+        assert not events                      # still waiting
+        events.append(("first done", time.monotonic()))
+    thread.join(5)
+    assert [e for e, _ in events] == ["first done", "second"]
+    assert path == str(tmp_path / "k") and "waiting for it" in capsys.readouterr().err

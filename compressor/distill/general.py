@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import json
 import os
+import sys
 from dataclasses import asdict
 from typing import Iterator, Optional
 
@@ -73,7 +74,12 @@ def locked(folder: str, key: str) -> Iterator[str]:
     except OSError as exc:
         raise CompressorError(f"general_cache {folder}: cannot create it ({exc.strerror})") from None
     with open(os.path.join(folder, f".{key}.lock"), "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:   # another run is training this general phase: wait for it
+            print(f"general distillation: another run is training {os.path.join(folder, key)}; "
+                  "waiting for it", file=sys.stderr, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield os.path.join(folder, key)
         finally:
