@@ -280,7 +280,7 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
     if config.general_epochs:   # TinyBERT's general distillation: the layer losses on unlabelled text
         phases = [("general", losses.intermediate_only(), general_phase_config(config), [])] + phases
     if general_teacher is not None:
-        _check_general_teacher(general_teacher, teacher, teacher_tokenizer, general_teacher_path)
+        _check_general_teacher(general_teacher, teacher, general_teacher_path)
         general_teacher.eval().to(device)
         for p in general_teacher.parameters():
             p.requires_grad_(False)
@@ -355,7 +355,7 @@ def load_general_teacher(config: DistillConfig, task, teacher_path: str, tokeniz
     return model, path
 
 
-def _check_general_teacher(general_teacher, teacher, tokenizer, path: str) -> None:
+def _check_general_teacher(general_teacher, teacher, path: str) -> None:
     """The general teacher stands in for the teacher in the layer losses: same width, depth and
     heads (the projections and layer pairs are the teacher's)."""
     a, b = arch_of(general_teacher), arch_of(teacher)
