@@ -26,7 +26,8 @@
 #   PHASE=seeds TASKS=... [LANES=N]: every seed system's committed recipe (recipes/mpnet/*.yaml,
 #     SEEDS and SEEDS_CPU) run by `compressor run` on each task's teacher (fine-tuned first where the
 #     machine has none); each run's manifest, report and stage records come back in OUT/seeds/.
-#     SEEDS_TASK / SEEDS_CPU_TASK (SEEDS_stsb=...) replace them for one task (empty: none);
+#     SEEDS_TASK / SEEDS_CPU_TASK (SEEDS_stsb=...) replace them for one task (empty: none; so does
+#     an empty SEEDS or SEEDS_CPU for every task);
 #     SKIP_COMMITTED=bench/results/mpnet-glue5/seeds skips the pairs committed there with the
 #     recipe as it is now (bench/experiments/seed_done.py).
 #     SEED_DATA="train_limit: 64, dev_limit: 32" makes a dry run of the recipes.
@@ -116,8 +117,8 @@ theseus() {  # task: BERT-of-Theseus 12 -> 6 from the teacher, constant rate 0.5
     && cp "$WORK/$task-theseus/metrics.json" "$OUT/$task-theseus-metrics.json"
 }
 failed() { echo "FAILED $1" >> "$OUT/logs/failed.txt"; }
-SEEDS=${SEEDS:-distilbert-6l pkd-6l tinybert-4l minilm-6l pd-minilm-l6 theseus-6l albert-share mobilebert-progressive q8bert-qat early-exit}
-SEEDS_CPU=${SEEDS_CPU:-q8bert-dynamic qbert-mixed}
+SEEDS=${SEEDS-distilbert-6l pkd-6l tinybert-4l minilm-6l pd-minilm-l6 theseus-6l albert-share mobilebert-progressive q8bert-qat early-exit}
+SEEDS_CPU=${SEEDS_CPU-q8bert-dynamic qbert-mixed}   # set but empty: no CPU lane
 pending() {  # task recipes...: those not committed in SKIP_COMMITTED with the recipe as it is now
   local task=$1 r; shift
   for r in "$@"; do
