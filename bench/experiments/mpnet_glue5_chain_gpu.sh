@@ -184,9 +184,6 @@ bench_gpu() {  # task: the GPU, FP32 and BF16, batch 1 and 256
 case ${PHASE:?PHASE=students, chain, pipeline, seeds, bench or collect} in
 students|pipeline)
   [ -f "$WORK/mpnet/config.json" ] || python3 -m bench.experiments.widen "${MPNET:?MPNET=folder of the base encoder}" "$WORK/mpnet"
-  # TinyBERT's and MiniLM's general phase learns from the base encoder the teachers were fine-tuned
-  # from (general_teacher: runs/mpnet/base) and is kept once for every task (runs/mpnet/general)
-  mkdir -p runs/mpnet && ln -sfn "$WORK/mpnet" runs/mpnet/base
   for task in $TASKS; do
    (
     teacher $task || exit 1
