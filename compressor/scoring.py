@@ -206,3 +206,43 @@ def write_predictions(output: str, examples: Sequence, labels: Sequence, input: 
     for ex, label in zip(examples, labels):
         writer.writerow([ex.guid, f"{label:.3f}" if isinstance(label, float) else label])
     write_text(output, buf.getvalue())
+
+
+SCORE_CACHE_ENV = "COMPRESSOR_SCORE_CACHE"
+
+
+def scored_before(model_dir: str, dataset, max_length: int, device, compute):
+    """``compute()`` (a metrics dict), or the metrics an earlier call kept for the same model
+    files, rows, length and device kind, when ``$COMPRESSOR_SCORE_CACHE`` names a folder (opt
+    in: a machine running many recipes on one teacher scores it once). The key hashes every
+    file of ``model_dir`` and every row, so a changed model or slice is scored afresh."""
+    import hashlib
+    import json
+
+    folder = os.environ.get(SCORE_CACHE_ENV)
+    if not folder or not os.path.isdir(model_dir):
+        return compute()
+    h = hashlib.sha256(f"{max_length}|{torch.device(device).type}|{dataset.task.name}".encode())
+    for name in sorted(os.listdir(model_dir)):
+        path = os.path.join(model_dir, name)
+        if os.path.isfile(path):
+            h.update(name.encode())
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 24), b""):
+                    h.update(block)
+    for example in dataset.examples:
+        h.update(json.dumps([list(example.texts), example.label]).encode())
+    path = os.path.join(folder, h.hexdigest()[:32] + ".json")
+    if os.path.isfile(path):
+        try:
+            with open(path) as f:
+                return json.load(f)["metrics"]
+        except (OSError, ValueError, KeyError):
+            pass                                  # unreadable: score again and rewrite it
+    metrics = compute()
+    try:
+        os.makedirs(folder, exist_ok=True)
+        write_json(path, {"model": os.path.abspath(model_dir), "rows": len(dataset), "metrics": metrics})
+    except OSError:
+        pass                                      # a cache that cannot be written costs a rescore only
+    return metrics

@@ -208,6 +208,7 @@ seeds)  # every seed system's recipe on each task's teacher (fine-tuned first wh
   # TinyBERT's and MiniLM's general phase learns from the base encoder the teachers were fine-tuned
   # from (general_teacher: runs/mpnet/base) and is kept once for every task (runs/mpnet/general)
   mkdir -p runs/mpnet && ln -sfn "$WORK/mpnet" runs/mpnet/base
+  export COMPRESSOR_SCORE_CACHE=$WORK/scores   # each task's teacher scored once, not once per recipe
   for task in $TASKS; do
    (
     v=SEEDS_$task; seeds=($(pending $task ${!v-$SEEDS})); v=SEEDS_CPU_$task; cpu=$(pending $task ${!v-$SEEDS_CPU})

@@ -227,14 +227,15 @@ def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
     from ..device import resolve_device
     from ..metrics import task_score
     from ..models import load_for_task
-    from ..scoring import score
+    from ..scoring import score, scored_before
 
     if recipe.teacher_finetune is None:
         net, tokenizer = load_for_task(ctx.model_dir, ctx.task)
         max_length = read_meta(ctx.model_dir).get("max_length", 128)
         device = resolve_device(recipe.device)
-        metrics = score(net.to(device), tokenizer, ctx.split("dev"), max_length,
-                        device=device, desc="score teacher")
+        dev = ctx.split("dev")
+        metrics = scored_before(ctx.model_dir, dev, max_length, device, lambda: score(
+            net.to(device), tokenizer, dev, max_length, device=device, desc="score teacher"))
         return {"model_dir": ctx.model_dir, "metrics": metrics, "split": "dev",
                 "score": task_score(ctx.task, metrics), "parameters": count_parameters(net),
                 "size_bytes": size_on_disk(ctx.model_dir)}
