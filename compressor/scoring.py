@@ -219,17 +219,13 @@ def scored_before(model_dir: str, dataset, max_length: int, device, compute):
     import hashlib
     import json
 
+    from .recipe.guard import digest_files
+
     folder = os.environ.get(SCORE_CACHE_ENV)
     if not folder or not os.path.isdir(model_dir):
         return compute()
     h = hashlib.sha256(f"{max_length}|{torch.device(device).type}|{dataset.task.name}".encode())
-    for name in sorted(os.listdir(model_dir)):
-        path = os.path.join(model_dir, name)
-        if os.path.isfile(path):
-            h.update(name.encode())
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 24), b""):
-                    h.update(block)
+    h.update(json.dumps(digest_files(model_dir, skip=()), sort_keys=True).encode())
     for example in dataset.examples:
         h.update(json.dumps([list(example.texts), example.label]).encode())
     path = os.path.join(folder, h.hexdigest()[:32] + ".json")

@@ -31,26 +31,11 @@ WEIGHTS = "general.safetensors"
 RECORD = "general.json"
 
 
-def _files_digest(path: str) -> str:
-    """The general teacher's identity: its config and the size and head of each weights file
-    (hashing gigabytes would cost more than a phase of small-task training)."""
-    h = hashlib.sha256()
-    if not os.path.isdir(path):
-        h.update(path.encode())
-        return h.hexdigest()
-    for name in sorted(os.listdir(path)):
-        full = os.path.join(path, name)
-        if not os.path.isfile(full):
-            continue
-        h.update(name.encode())
-        if name.endswith(".json"):
-            with open(full, "rb") as f:
-                h.update(f.read())
-        elif name.endswith((".safetensors", ".bin")):
-            h.update(str(os.path.getsize(full)).encode())
-            with open(full, "rb") as f:
-                h.update(f.read(1 << 20))
-    return h.hexdigest()
+def _teacher_key(path: str):
+    """The general teacher by its files (size and SHA-256 of each), or its name (a hub id)."""
+    from ..recipe.guard import digest_files
+
+    return digest_files(path, skip=()) if os.path.isdir(path) else path
 
 
 def digest(config, teacher_path: str, general_set) -> str:
@@ -62,7 +47,7 @@ def digest(config, teacher_path: str, general_set) -> str:
     keys = ("epochs", "lr", "batch_size", "max_length", "seed", "warmup", "weight_decay", "grad_accum",
             "max_grad_norm", "max_steps", "precision")
     doc = {"student": asdict(config.student), "losses": {n: asdict(s) for n, s in config.losses.intermediate_only().items()},
-           "phase": {k: getattr(phase, k) for k in keys}, "teacher": _files_digest(teacher_path), "text": text}
+           "phase": {k: getattr(phase, k) for k in keys}, "teacher": _teacher_key(teacher_path), "text": text}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
