@@ -81,11 +81,17 @@ SCHEDULES = {  # what a run's distill phases say, for the randomly built student
 }
 
 
+def _stage_records(run_folder: str, manifest: dict):
+    """Each stage's ``record.json`` after the teacher's ({} where there is none)."""
+    for stage in manifest["stages"][1:]:
+        yield _load(os.path.join(run_folder, stage.get("dir", ""), "record.json")) or {}
+
+
 def _search_note(run_folder: str, manifest: dict) -> str:
     """Where a mixed-precision search chose (its stage record's ``search``): on dev, the score is a
     best-of-dev; on drawn training rows, dev was scored once, on the model chosen."""
-    for stage in manifest["stages"][1:]:
-        search = ((_load(os.path.join(run_folder, stage.get("dir", ""), "record.json")) or {}).get("search"))
+    for record in _stage_records(run_folder, manifest):
+        search = record.get("search")
         if search:
             if search.get("search_on", "dev") == "dev":
                 return ", FP32 layers chosen on dev (best-of-dev)"
@@ -95,11 +101,8 @@ def _search_note(run_folder: str, manifest: dict) -> str:
 
 def _had_general_stage(run_folder: str, manifest: dict) -> bool:
     """Whether a stage of the run trained a general-distillation phase (its record's phases)."""
-    for stage in manifest["stages"][1:]:
-        record = _load(os.path.join(run_folder, stage.get("dir", ""), "record.json")) or {}
-        if any(p.get("phase") == "general" for p in record.get("phases") or []):
-            return True
-    return False
+    return any(p.get("phase") == "general" for record in _stage_records(run_folder, manifest)
+               for p in record.get("phases") or [])
 
 
 def collect_seeds(root: str) -> list:
