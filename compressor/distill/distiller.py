@@ -304,8 +304,7 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
                                   "pairs; keep cache_teacher_logits on")
         phase_teacher = general_teacher if name == "general" and general_teacher is not None else teacher
 
-        def train(phase_losses=phase_losses, phase_cache=phase_cache, phase_config=phase_config,
-                  phase_train=phase_train, name=name, phase_teacher=phase_teacher):
+        def train():   # called within this iteration (here or by the general cache)
             loss_fn = DistillLoss(phase_teacher, student, phase_losses, phase_cache, teacher_types)
             try:
                 return fit(trainee, tokenizer, phase_train, dev_set, phase_config, loss_fn,
