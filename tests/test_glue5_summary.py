@@ -144,3 +144,21 @@ def test_a_mixed_precision_run_says_where_its_search_chose(results):
     by = {e["task"]: e for e in summary.collect_seeds(str(root)) if e["model"] == "qbert-mixed"}
     assert "FP32 layers chosen on dev (best-of-dev)" in by["rte"]["label"]
     assert "FP32 layers chosen on 2000 training rows" in by["cola"]["label"]
+
+
+def test_the_glue5_row_of_a_recipe_names_the_task_whose_run_chose_differently(results):
+    """Four tasks searched on training rows and SST-2 on dev: the GLUE-5 row says SST-2's is a best-of-dev."""
+    root, teachers = results
+    for task, t in teachers.items():
+        search = {"fp32_units": []} if task == "sst2" else {"search_on": "train", "search_rows": 2000}
+        name = f"qbert-mixed-{task}"
+        os.makedirs(root / "seeds" / name / "02-quantize")
+        (root / "seeds" / name / "02-quantize" / "record.json").write_text(json.dumps({"search": search}))
+        (root / "seeds" / name / "manifest.json").write_text(json.dumps({"task": task, "stages": [
+            {"stage": "teacher", "score": t}, {"dir": "01-export", "stage": "export", "score": t},
+            {"dir": "02-quantize", "stage": "quantize", "score": t - 0.5}]}))
+    summary.main(str(root))
+    glue5 = (root / "summary.md").read_text().split("GLUE-5 of the seed recipes")[1].split("GLUE-5: ")[0]
+    row = next(line for line in glue5.splitlines() if "Q-BERT" in line)
+    assert "FP32 layers chosen on 2000 training rows (SST-2: FP32 layers chosen on dev (best-of-dev))" in row
+    assert row.count("recipes/mpnet/qbert-mixed.yaml") == 1

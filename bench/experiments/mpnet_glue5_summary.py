@@ -125,7 +125,7 @@ def collect_seeds(root: str) -> list:
             teachers[task]["scores"].append(t)
         schedule = SCHEDULES.get((recipe, _had_general_stage(os.path.join(folder, name), manifest)), "")
         schedule += _search_note(os.path.join(folder, name), manifest)
-        entries.append({"run": "seeds", "task": task, "model": recipe,
+        entries.append({"run": "seeds", "task": task, "model": recipe, "note": schedule,
                         "label": SEED_LABELS.get(recipe, recipe) + schedule + f" (`recipes/mpnet/{recipe}.yaml`)",
                         "score": round(last["score"], 2), "teacher": t,
                         "retention": round(last["score"] / first["score"], 6),
@@ -143,6 +143,22 @@ def collect_seeds(root: str) -> list:
                              + "; each run is scored against its own)")
     order = {task: i for i, task in enumerate(TASKS)}
     return sorted(entries, key=lambda e: (e["model"] != "teacher", order[e["task"]]))
+
+
+def _glue5_label(rows: list) -> str:
+    """One recipe's label over its five tasks: the label most of them share, then the tasks whose
+    run differed (a search made on dev in an earlier session, say), each with its own note."""
+    from collections import Counter
+
+    from compressor.data import get_task
+
+    common = Counter(e["label"] for e in rows).most_common(1)[0][0]
+    odd = [f"{get_task(e['task']).folder}: {e['note'].lstrip(', ') or 'without that'}"
+           for e in rows if e["label"] != common]
+    if not odd:
+        return common
+    head, recipe = common.rsplit(" (`", 1)   # the recipe's path ends every seed label
+    return f"{head} ({'; '.join(odd)}) (`{recipe}"
 
 
 def _load(path):
@@ -227,7 +243,7 @@ def main(root: str) -> dict:
         lines.append(f"| {e['task']} | {e['run']} | {e['label']} | {e['score']:.2f} | {e['teacher']:.2f} | {ret} | {params} |")
     done5 = sorted(((r, g) for r, g in seeds5.items() if "glue5" in g), key=lambda x: -x[1]["retention"])
     if done5:
-        labels = {e["model"]: e["label"] for e in entries if e["run"] == "seeds"}
+        labels = {r: _glue5_label([e for e in entries if e["run"] == "seeds" and e["model"] == r]) for r, _ in done5}
         lines += ["", "GLUE-5 of the seed recipes run on all five tasks (each task against its own run's teacher):", "",
                   "| recipe | GLUE-5 | teachers' GLUE-5 | retention |", "|---|---:|---:|---:|"]
         lines += [f"| {labels[r]} | {g['glue5']:.2f} | {g['teacher_glue5']:.2f} | {100 * g['retention']:.1f}% |"
