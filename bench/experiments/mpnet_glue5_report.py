@@ -641,6 +641,8 @@ def other_systems(summary: Optional[dict], shown: Optional[Dict[str, str]] = Non
         m["glue5"] = _mean([m["tasks"][t] for t in TASKS]) if five else None
         m["teacher_glue5"] = _mean([m["teacher"][t] for t in TASKS]) if five else None
         m["retention"] = _ratio(m["glue5"], m["teacher_glue5"])
+        # a recipe whose tasks' runs differ (one chose on dev, say): the summary's GLUE-5 label names them
+        m["label"] = (summary.get("glue5") or {}).get(f"{m['run']}_{m['model']}", {}).get("label") or m["label"]
     return list(models.values())
 
 
@@ -1055,7 +1057,7 @@ def plot_seeds(rows: List[dict]):
     ax.axvline(100, color="black", lw=0.8)
     ax.axvline(99, color="#2ca02c", lw=0.8, ls="--", label="99%")
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([r["model"] + (f"\nGLUE-5 {100 * r['glue5_retention']:.1f}%" if r.get("glue5_retention") else "")
+    ax.set_yticklabels([r["model"] + (f"\nGLUE-5 {100 * round(r['glue5_retention'], 6):.1f}%" if r.get("glue5_retention") else "")
                         for r in rows])
     ax.invert_yaxis()
     ax.set_xlim(min(0, min(100 * v for r in rows for v in r["retention"].values()) - 2), 110)
