@@ -8,13 +8,20 @@
 #   poll:  bash bench/experiments/device_detached.sh poll SECONDS RESULTS_DIR
 # e.g. start 540 ~/res env PHASE=seeds TASKS="mrpc stsb rte cola" bash bench/experiments/mpnet_glue5_chain_gpu.sh ~/glue ~/res
 # The job's output goes to ~/detached.log; "JOB EXIT rc" ends it when the job is over.
+# The job runs in its own copy of the checkout (DETACHED_TREE, default ~/detached-tree; what an
+# earlier job made there, runs/ say, is kept): each device call copies the working tree again, and a
+# job reading files while that happens failed ("No module named 'compressor.bench.report'").
 set -uo pipefail
 mode=$1 seconds=$2 results=$3; shift 3
 : "${OUT:?OUT=the output folder of the device call}"
 if [ "$mode" = start ]; then
   if pgrep -f "device_detached_job" > /dev/null; then echo "a detached job is running already"; exit 1; fi
-  setsid nohup bash -c '"$@"; echo "JOB EXIT $?"' device_detached_job "$@" > ~/detached.log 2>&1 < /dev/null &
-  disown
+  tree=${DETACHED_TREE:-$HOME/detached-tree}
+  mkdir -p "$tree" && cp -a "$PWD/." "$tree/" || { echo "could not copy the checkout to $tree"; exit 1; }
+  # the checkout's path in PYTHONPATH (export PYTHONPATH=~/site:$PWD) becomes the copy's
+  export PYTHONPATH=${PYTHONPATH:+${PYTHONPATH//$PWD/$tree}}
+  ( cd "$tree" && setsid nohup bash -c '"$@"; echo "JOB EXIT $?"' device_detached_job "$@" \
+      > ~/detached.log 2>&1 < /dev/null & )
 fi
 end=$((SECONDS + seconds))
 while [ $SECONDS -lt $end ]; do
