@@ -12,7 +12,7 @@ import os
 import random
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -226,6 +226,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
     best, best_state = None, None
     micro, rows_seen, eval_s = 0, 0, 0.0
     step_loss, pending = None, None   # the loss is read one step late: the GPU never waits
+    losses = []   # (step, training loss) of every optimiser step, for the record's loss curve
     # throughput is also read from this step on, past the first steps' one-off costs (memory
     # pools growing, kernels chosen), which weigh more the shorter the run
     settle_step = min(10, total_steps // 10) if total_steps >= 20 else None
@@ -262,7 +263,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
             state.step += 1
             _each(callbacks, "on_optimizer_step", state)
             if pending is not None:
-                _check_loss(*pending, bar)
+                losses.append(_check_loss(*pending, bar))
             pending = (state.step, accelerator.reduce(step_loss, "mean") / config.grad_accum)
             step_loss = None
             bar.update(1)
@@ -270,7 +271,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
                 _sync(device)
                 settled = (time.perf_counter(), rows_seen, eval_s)
             if state.step % eval_every == 0 or state.step == total_steps or state.stop:
-                _check_loss(*pending, bar)
+                losses.append(_check_loss(*pending, bar))
                 pending = None
                 _check_weights(model, state.step, config, weight_limit)
                 _sync(device)
@@ -289,7 +290,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
                 break
         _each(callbacks, "on_epoch_end", state)
     if pending is not None:
-        _check_loss(*pending, bar)
+        losses.append(_check_loss(*pending, bar))
     _sync(device)
     elapsed = time.perf_counter() - start
     bar.close()
@@ -310,7 +311,18 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
             "train_time_s": round(elapsed, 2), "processes": world,
             "train_rows": rows_seen, "train_loop_s": round(loop_s, 3),
             "samples_per_s": round(rows_seen / loop_s, 2) if loop_s > 0 else None,
-            "steady_samples_per_s": steady, "steady_from_step": settle_step if steady else None}
+            "steady_samples_per_s": steady, "steady_from_step": settle_step if steady else None,
+            "loss_curve": loss_curve(losses)}
+
+
+def loss_curve(losses: Sequence[Tuple[int, float]], points: int = 10) -> List[List[float]]:
+    """The training loss in at most ``points`` equal runs of steps: ``[last step, mean loss]``
+    each, so a record shows whether a phase learned (the progress bar's loss is gone once it ends)."""
+    if not losses:
+        return []
+    size = math.ceil(len(losses) / points)
+    return [[chunk[-1][0], round(sum(v for _, v in chunk) / len(chunk), 6)]
+            for chunk in (losses[i:i + size] for i in range(0, len(losses), size))]
 
 
 def _each(callbacks, hook: str, *args) -> None:
@@ -318,12 +330,13 @@ def _each(callbacks, hook: str, *args) -> None:
         getattr(cb, hook)(*args)
 
 
-def _check_loss(step: int, loss: torch.Tensor, bar) -> None:
+def _check_loss(step: int, loss: torch.Tensor, bar) -> Tuple[int, float]:
     value = loss.item()
     if not math.isfinite(value):
         raise CompressorError(f"training diverged at step {step} (loss {value}); "
                               "lower the learning rate")
     bar.set_postfix(loss=f"{value:.4f}", refresh=False)
+    return step, value
 
 
 # No encoder's weights come near this; the first step at a learning rate like 1e6 sets them to ~1e6.
@@ -391,7 +404,7 @@ def finetune(model: str, task: Optional[str], out: str, data_dir: Optional[str] 
         "parameters": count_parameters(net), "best_step": result["best"]["step"],
         "steps": result["steps"], "history": result["history"],
         "processes": result["processes"], "samples_per_s": result["samples_per_s"],
-        "wall_time_s": round(time.perf_counter() - start, 2),
+        "loss_curve": result["loss_curve"], "wall_time_s": round(time.perf_counter() - start, 2),
         "config": asdict(config), "versions": versions(),
     }
     meta = checkpoint_meta(task_spec, config.max_length, "finetune")

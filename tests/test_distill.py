@@ -461,6 +461,7 @@ def test_general_distillation_from_the_base_encoder_is_done_once_and_reused_by_o
         general = again["phases"][0]
         assert general["cached"] == kept["kept"] and general["steps"] == 0
         assert general["trained_by"]["digest"] == os.path.basename(kept["kept"])
+        assert general["trained_by"]["loss_curve"] == kept["loss_curve"] and len(kept["loss_curve"]) == 2
         assert again["phases"][1]["phase"] == "predict" and again["phases"][1]["steps"] > 0
     # another general setting is another entry, trained
     other = distill(base, str(tmp_path / "other"), task="rte", config=replace(config, general_lr=1e-3),

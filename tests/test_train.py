@@ -24,7 +24,7 @@ def test_finetune_then_evaluate_every_architecture(tiny_models, glue_dir, tmp_pa
     model = transformers.AutoModelForSequenceClassification.from_pretrained(out)
     assert model.config.model_type == arch
     saved = json.loads((out / "metrics.json").read_text())
-    for key in ("task", "split", "metrics", "examples", "seed", "wall_time_s", "versions"):
+    for key in ("task", "split", "metrics", "examples", "seed", "wall_time_s", "versions", "loss_curve"):
         assert key in saved
     assert saved["task"] == task and saved["examples"] == 48 and saved["train_examples"] == 64
     assert saved["versions"]["transformers"] == transformers.__version__
@@ -55,10 +55,15 @@ def test_training_learns_a_learnable_task(tiny_models, tmp_path):
     set_seed(0)
     model, tok = load_for_task(tiny_models["bert"], data.task)
     before = score(model, tok, data, 16)["accuracy"]
-    fit(model, tok, data, data, TrainConfig(epochs=3, batch_size=16, max_length=16, lr=2e-3,
-                                             device="cpu"))
+    result = fit(model, tok, data, data, TrainConfig(epochs=3, batch_size=16, max_length=16, lr=2e-3,
+                                                      device="cpu"))
     after = score(model, tok, data, 16)["accuracy"]
     assert after >= 0.95 > before
+    # the record keeps the loss: ten runs of steps ending at the last, falling as it learned
+    curve = result["loss_curve"]
+    assert len(curve) == 10 and curve[-1][0] == result["steps"] == 75
+    assert [s for s, _ in curve] == sorted(s for s, _ in curve)
+    assert curve[-1][1] < curve[0][1] / 2
 
 
 def test_predict_labels_a_glue_test_file(tiny_models, glue_dir, tmp_path):

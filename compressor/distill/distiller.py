@@ -387,7 +387,7 @@ def _cached_general(train, trainee, config: DistillConfig, teacher_path: str, ge
                 general.save(path, trainee, {
                     "digest": key, "general_teacher": teacher_path, "text": general_set.source,
                     "sentences": len(general_set), **{k: result.get(k) for k in (
-                        "steps", "train_time_s", "train_rows", "samples_per_s", "processes")}})
+                        "steps", "train_time_s", "train_rows", "samples_per_s", "processes", "loss_curve")}})
             result = {**result, "kept": os.path.abspath(path)}
         distributed.barrier()
     return result
