@@ -6,10 +6,12 @@ import json
 import os
 
 import numpy as np
+import onnx
 import pytest
 import torch
 import transformers
 
+from compressor.errors import CompressorError
 from conftest import save_sst2_classifier, tiny_config
 
 
@@ -250,6 +252,28 @@ def test_the_checkpoint_reloads_and_the_onnx_segments_give_the_pytorch_predictio
     int8 = export_exits(out, str(tmp_path / "seg8"), {"int8": True, "parity_rows": 8},
                         data_dir=glue_dir, dev_limit=8)
     assert int8["precision"] == "int8-dynamic" and int8["dev"]["examples"] == 8
+    # the second encoder layer (layer.1, alone in segment-1) kept FP32, Q-BERT-style
+    mixed = export_exits(out, str(tmp_path / "mixed"), {"fp32_units": ["layer.1"], "parity_rows": 8},
+                         data_dir=glue_dir, dev_limit=8)
+    assert mixed["quantization"]["method"] == "mixed" and mixed["quantization"]["fp32_units"] == ["layer.1"]
+    assert mixed["segments"][0]["fp32_nodes"] == 0 < mixed["segments"][1]["fp32_nodes"]
+
+    def integer_ops(folder, k):
+        graph = onnx.load(os.path.join(folder, f"segment-{k}.onnx"), load_external_data=False).graph
+        return sum(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention") for n in graph.node)
+
+    # the layer's matrices (fused Q/K/V, attention output, FFN in and out) stay float; the
+    # pooler and classifier after it are still INT8
+    kept = mixed["segments"][1]["fp32_nodes"]
+    assert kept >= 3 and integer_ops(tmp_path / "mixed", 1) == integer_ops(tmp_path / "seg8", 1) - kept > 0
+    assert integer_ops(tmp_path / "mixed", 0) == integer_ops(tmp_path / "seg8", 0) > 0
+    assert mixed["parity"]["int8"]["examples"] == 8
+    for settings, says in (({"fp32_units": ["layer.2"]}, r"has 2 encoder layers \(layer.0 to layer.1\)"),
+                           ({"fp32_units": ["layer.0"], "int8": False}, "needs int8 on"),
+                           ({"fp32_units": ["layer7"]}, "as a mixed-precision search names them")):
+        with pytest.raises(CompressorError, match=says):
+            export_exits(out, str(tmp_path / "bad"), settings, data_dir=glue_dir, dev_limit=8)
+        assert not os.path.exists(tmp_path / "bad")
 
 
 @pytest.mark.parametrize("training", ["self_distill", "joint"])
@@ -295,7 +319,7 @@ teacher: {teacher}
 device: cpu
 stages:
   - early_exit: {{epochs: 1, batch_size: 16, max_length: 32, rule: max_prob, calibrate: {{rows: 16}}}}
-  - early_exit_export: {{parity_rows: 8}}
+  - early_exit_export: {{parity_rows: 8, fp32_units: [layer.0]}}
 """)
     assert validate_recipe(str(recipe)) == []
     out = tmp_path / "run"
@@ -304,6 +328,7 @@ stages:
     record = json.load(open(out / "02-early_exit_export" / "record.json"))
     assert record["examples"] == 16 and sum(record["exit_histogram"].values()) == 16
     assert os.path.isfile(out / "02-early_exit_export" / "segment-1.onnx")
+    assert record["fp32_units"] == ["layer.0"] and record["precision"] == "int8-dynamic"
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"name: t\ntask: sst2\nteacher: {teacher}\nstages:\n"
@@ -348,6 +373,10 @@ def test_the_command_writes_the_model_and_refuses_a_rule_a_regression_task_canno
     code, _, err = run_cli(capsys, "export", str(tmp_path / "ee"), "--out", str(tmp_path / "x"),
                            "--data-dir", glue_dir)
     assert_one_line_error(code, err, "export it as segments with compressor early-exit-export")
+    code, _, err = run_cli(capsys, "early-exit-export", str(tmp_path / "ee"), "--out", str(tmp_path / "x"),
+                           "--fp32-unit", "layer.5", "--data-dir", glue_dir)
+    assert_one_line_error(code, err, "fp32_units ['layer.5']: the model has 2 encoder layers")
+    assert not os.path.exists(tmp_path / "x")
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     stsb = _classifier("bert", vocab=tokenizer.vocab_size, labels=1)
     save_checkpoint(stsb, tokenizer, str(tmp_path / "stsb"), checkpoint_meta(get_task("stsb"), 32, "test"))

@@ -31,15 +31,18 @@ def register(cli):
     @click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write.")
     @click.option("--int8/--no-int8", default=True, show_default=True, help="Dynamic INT8 segments.")
     @click.option("--preset", default="auto", show_default=True, help="INT8 hardware preset.")
+    @click.option("--fp32-unit", "fp32_units", multiple=True, metavar="UNIT",
+                  help="Keep this unit FP32 in the INT8 segments, repeatable: layer.7 (the eighth "
+                       "encoder layer, as a mixed-precision search's sensitivity.md names it) or embeddings.")
     @click.option("--data-dir", default=None, help="GLUE data folder (default GLUE_DIR).")
     @click.option("--dev-limit", type=int, default=None)
     @click.option("--overwrite", is_flag=True)
-    def early_exit_export(model, out, int8, preset, data_dir, dev_limit, overwrite):
+    def early_exit_export(model, out, int8, preset, fp32_units, data_dir, dev_limit, overwrite):
         """Export an early-exit model as chained ONNX segments (fused, INT8) and score them."""
         from .stage import export_exits
 
-        manifest = export_exits(model, out, {"int8": int8, "preset": preset}, data_dir=data_dir,
-                                dev_limit=dev_limit, overwrite=overwrite)
+        manifest = export_exits(model, out, {"int8": int8, "preset": preset, "fp32_units": list(fp32_units)},
+                                data_dir=data_dir, dev_limit=dev_limit, overwrite=overwrite)
         dev = manifest["dev"]
         click.echo(f"{manifest['task']} dev: score {dev['score']:.2f}, mean exit layer "
                    f"{dev['mean_exit_layer']} of {manifest['total_layers']}; parity "

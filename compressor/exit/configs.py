@@ -1,6 +1,7 @@
 """The settings of early exit (no torch here: the command line reads them)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -19,6 +20,14 @@ def _layers(value, name, config=None):
         return None
     if not isinstance(value, list) or not all(isinstance(v, int) and v >= 1 for v in value):
         return f"{name} is 'all' or a list of layer numbers from 1, got {value!r}"
+    return None
+
+
+def _units(value, name, config=None):
+    bad = [v for v in value if not isinstance(v, str) or not re.fullmatch(r"layer\.\d+|embeddings", v)]
+    if bad:
+        return (f"{name} holds units as a mixed-precision search names them (layer.0 for the first "
+                f"encoder layer, or embeddings), got {bad!r}")
     return None
 
 
@@ -101,12 +110,16 @@ class EarlyExitConfig(TrainConfig):
 
 @dataclass
 class ExitExportConfig:
-    """The exits as ONNX segments: fused, and dynamic INT8 with ``preset`` unless ``int8`` is off."""
+    """The exits as ONNX segments: fused, and dynamic INT8 with ``preset`` unless ``int8`` is off
+    (``fp32_units``: the encoder layers kept FP32 there, Q-BERT-style)."""
 
     opset: int = 17
     optimize: bool = True
     int8: bool = True
     preset: str = setting("auto", choices=PRESET_NAMES)
+    # units kept FP32 in the INT8 segments, named as a mixed-precision search names them
+    # (``layer.7``: the eighth encoder layer, wherever its segment is; ``embeddings``)
+    fp32_units: List[str] = setting(default_factory=list, check=_units)
     parity: bool = True           # chained segments against the PyTorch early-exit model on dev rows
     parity_rows: int = setting(200, check=positive)
     threads: Optional[int] = setting(None, check=lambda v, n, c=None: None if v is None or v >= 1

@@ -83,6 +83,7 @@ def export_segments(model_dir: str, out_dir: str, config: Optional[ExitExportCon
 
     types = uses_token_type_ids(model.config)
     heads = shape_of(model.backbone)["heads"]
+    _check_units(config, model.total_layers)
     start = time.perf_counter()
     segments = segments_of(model)
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
@@ -123,7 +124,7 @@ def export_segments(model_dir: str, out_dir: str, config: Optional[ExitExportCon
             examples = list(examples)[:config.parity_rows]
             manifest["parity"] = chain_parity(model, tokenizer, tmp, examples, max_length)
         if config.int8:
-            manifest["quantization"] = _quantize(tmp, described, config.preset)
+            manifest["quantization"] = _quantize(tmp, described, config.preset, config.fp32_units)
             manifest["precision"] = "int8-dynamic"
             if config.parity:
                 manifest["parity"]["int8"] = chain_parity(model, tokenizer, tmp, examples, max_length)
@@ -133,17 +134,46 @@ def export_segments(model_dir: str, out_dir: str, config: Optional[ExitExportCon
     return manifest
 
 
-def _quantize(folder: str, described: list, preset_name: str) -> dict:
+def _check_units(config: ExitExportConfig, layers: int) -> None:
+    if config.fp32_units and not config.int8:
+        raise CompressorError("fp32_units keeps units out of INT8: it needs int8 on")
+    past = [u for u in config.fp32_units if u.startswith("layer.") and int(u.split(".")[1]) >= layers]
+    if past:
+        raise CompressorError(f"fp32_units {past}: the model has {layers} encoder layers "
+                              f"(layer.0 to layer.{layers - 1})")
+
+
+def _quantize(folder: str, described: list, preset_name: str, fp32_units=()) -> dict:
+    """Each segment to dynamic INT8, the nodes of ``fp32_units`` left FP32: a segment's graph
+    numbers its own layers from 0, so its ``layer.J`` is the model's ``layer.(first + J)``."""
     from compressor.quantize.onnx_int8 import quantize_dynamic_onnx
     from compressor.quantize.presets import resolve_preset
+    from compressor.quantize.sensitivity import quantizable_units
 
     preset = resolve_preset(preset_name)
+    found = {}
     for seg in described:
         file = os.path.join(folder, seg["file"])
+        first = seg["layers"][0] - 1
+        excluded = []
+        for name, nodes in (quantizable_units(file, "layer").items() if fp32_units else ()):
+            unit = f"layer.{first + int(name.split('.')[1])}" if name.startswith("layer.") else name
+            if unit in fp32_units:
+                excluded += nodes
+                found.setdefault(unit, []).append(seg["file"])
         staged = file + ".int8"
-        quantize_dynamic_onnx(file, staged, preset)
+        quantize_dynamic_onnx(file, staged, preset, nodes_to_exclude=excluded)
         os.replace(staged, file)
-    return {"method": "dynamic", "backend": "onnxruntime", "preset": preset.to_dict()}
+        seg["fp32_nodes"] = len(excluded)
+    missing = [u for u in fp32_units if u not in found]
+    if missing:
+        raise CompressorError(f"fp32_units {missing}: no quantisable node of the segments belongs to them")
+    return {"method": "dynamic" if not fp32_units else "mixed", "backend": "onnxruntime",
+            "preset": preset.to_dict(), "fp32_units": sorted(found, key=_unit_order)}
+
+
+def _unit_order(unit: str):
+    return (0, -1) if unit == "embeddings" else (1, int(unit.split(".")[1]))
 
 
 def chain_parity(model: EarlyExitModel, tokenizer, folder: str, examples, max_length: int) -> dict:

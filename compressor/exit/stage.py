@@ -85,6 +85,7 @@ def early_exit_export_stage(ctx, config: ExitExportConfig) -> dict:
                                overwrite=True)
     return {**score_segments(ctx.out_dir, dev, config.threads), "parity": manifest.get("parity"),
             "precision": manifest["precision"], "size_bytes": manifest["onnx_size_bytes"],
+            "fp32_units": (manifest.get("quantization") or {}).get("fp32_units", []),
             "segments": [{k: s[k] for k in ("file", "layers")} |
                          {"fusions": (s.get("optimization") or {}).get("fusions")}
                          for s in manifest["segments"]]}
