@@ -81,11 +81,15 @@ text_column_option = click.option(
 @click.option("--label-column", default="label", show_default=True)
 @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
 @click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
+@click.option("--holdout", type=int, default=0, show_default=True,
+              help="Leave N training rows (drawn with --seed) out of training and record them in the "
+                   "checkpoint: later searches (quantize --search-on holdout) and recipes use them as "
+                   "rows no model learned from.")
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
 @nproc_option
 @_train_options
 def finetune(model, task, out, data_dir, train_file, dev_file, text_columns, label_column,
-             train_limit, dev_limit, overwrite, nproc, **kwargs):
+             train_limit, dev_limit, holdout, overwrite, nproc, **kwargs):
     """Fine-tune a model on a GLUE task or your own files; writes the checkpoint and metrics.json."""
     from .train import finetune as run
 
@@ -95,7 +99,7 @@ def finetune(model, task, out, data_dir, train_file, dev_file, text_columns, lab
     user_data = _user_data(train_file, dev_file, text_columns, label_column)
     record = run(model, task, out, data_dir=data_dir, train_limit=train_limit,
                  dev_limit=dev_limit, config=_train_config(kwargs), overwrite=overwrite,
-                 user_data=user_data)
+                 user_data=user_data, holdout=holdout)
     _print_metrics(record)
     click.echo(f"checkpoint: {os.path.abspath(out)}")
 

@@ -375,10 +375,12 @@ def _evaluate(model, tokenizer, dev_set, config, device, step, start) -> dict:
 def finetune(model: str, task: Optional[str], out: str, data_dir: Optional[str] = None,
              train_limit: Optional[int] = None, dev_limit: Optional[int] = None,
              config: Optional[TrainConfig] = None, overwrite: bool = False,
-             user_data: Optional[UserData] = None) -> dict:
+             user_data: Optional[UserData] = None, holdout: int = 0) -> dict:
     """Fine-tune ``model`` on ``task`` and write a checkpoint plus ``metrics.json`` to ``out``.
 
     With ``user_data`` the task comes from the user's files (``task`` then only names it).
+    ``holdout``: that many training rows (drawn with the seed) are left out of training and
+    recorded in ``compressor.json`` (:mod:`compressor.data.holdout`), for later choices.
     """
     config = config or TrainConfig()
     config.check()
@@ -392,6 +394,11 @@ def finetune(model: str, task: Optional[str], out: str, data_dir: Optional[str] 
     resolve_device(config.device)
     train_set = load_data(task_spec, "train", data_dir, train_limit, user_data)
     dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
+    held_out = None
+    if holdout:
+        from .data import holdout as holdouts
+
+        train_set, _, held_out = holdouts.draw(train_set, holdout, config.seed)
     set_seed(config.seed)  # the new classifier head is drawn from this seed too
     net, tokenizer = load_for_task(model, task_spec)
     start = time.perf_counter()
@@ -408,6 +415,8 @@ def finetune(model: str, task: Optional[str], out: str, data_dir: Optional[str] 
         "config": asdict(config), "versions": versions(),
     }
     meta = checkpoint_meta(task_spec, config.max_length, "finetune")
+    if held_out:
+        record["holdout"] = meta["holdout"] = held_out
     net.to("cpu")
     if distributed.is_main():   # every process holds the same weights; one writes them
         record["size_bytes"] = save_checkpoint(net, tokenizer, out, meta, {"metrics.json": record})

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..arch import arch_of
-from ..data import load_data, unlabelled_text
+from ..data import holdout, load_data, unlabelled_text
 from ..device import resolve_device
 from ..errors import CompressorError
 from ..io import check_output_dir, versions
@@ -479,7 +479,8 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     task_spec, _ = _task_for(teacher_path, task)
     check_output_dir(out, overwrite)
     device = resolve_device(config.device)
-    train_set = load_data(task_spec, "train", data_dir, train_limit, user_data)
+    # a teacher fine-tuned with --holdout: its students train without the rows it held out
+    train_set = holdout.training_rows(task_spec, data_dir, train_limit, user_data, teacher_path)
     dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
     attn = "eager" if config.losses.needs_attentions else None
     net, tokenizer = load_for_task(teacher_path, task_spec, attn_implementation=attn)

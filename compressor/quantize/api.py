@@ -37,11 +37,12 @@ class QuantizeJob:
     dev_set: object            # None when the dev split cannot be loaded
     max_length: int
     meta: dict                 # compressor.json of the output
+    holdout_set: object = None  # the rows the teacher was fine-tuned without (search_on: holdout)
 
 
 def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task: Optional[str] = None,
              data_dir: Optional[str] = None, train_set=None, dev_set=None, meta: Optional[dict] = None,
-             overwrite: bool = False) -> dict:
+             overwrite: bool = False, holdout_set=None) -> dict:
     """Quantise ``model`` (a checkpoint or an ONNX export folder) into the folder ``out``.
 
     The dev split is scored when it can be loaded (``dev_set`` or the task's
@@ -65,6 +66,8 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
     max_length = model_meta.get("max_length", 128)
     if train_set is None and config.uses_train:
         train_set = load_split(task_spec, "train", data_dir=data_dir)
+    if holdout_set is None and getattr(config, "search_on", None) == "holdout":
+        holdout_set = held_out_rows(model, task_spec, data_dir)
     if dev_set is None:
         try:
             dev_set = load_split(task_spec, "dev", data_dir=data_dir)
@@ -78,7 +81,8 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
               "preset": preset.to_dict() if preset else None,
               "source": os.path.abspath(model), "task": task_spec.name, "config": asdict(config)}
     meta = meta or {**read_meta(model), "made_by": f"quantize:{config.backend}:{config.method}"}
-    record.update(method(QuantizeJob(model, out, task_spec, train_set, dev_set, max_length, meta), config))
+    record.update(method(QuantizeJob(model, out, task_spec, train_set, dev_set, max_length, meta, holdout_set),
+                         config))
     if dev_set is not None and "metrics" not in record:
         record["metrics"] = _score_output(out, config, dev_set, max_length)
     if record.get("metrics") is not None:
@@ -89,6 +93,17 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
     record["versions"] = versions()
     write_json(os.path.join(out, RECORD_FILE), record)
     return record
+
+
+def held_out_rows(model: str, task_spec, data_dir: Optional[str]):
+    """The training rows ``model`` (or the checkpoint it was made from) was fine-tuned without."""
+    from ..data import holdout, load_split
+
+    record, where = holdout.record_of(model)
+    if record is None:
+        raise CompressorError(f"search_on: holdout needs a model fine-tuned with --holdout N (or made from "
+                              f"one): {model} and the checkpoints it was made from record none")
+    return holdout.split(load_split(task_spec, "train", data_dir=data_dir), record, where)[1]
 
 
 def _score_output(out: str, config: QuantizeConfig, dev_set, max_length: int) -> dict:
@@ -215,7 +230,7 @@ def ort_fp16(job: QuantizeJob, config: OrtFP16Config) -> dict:
 def _search_writer(job: QuantizeJob, config):
     def writer(src_folder, work, quant, info):
         chosen_path, search = _search(src_folder, work, config, config.hardware(), job.train_set,
-                                      job.dev_set)
+                                      job.dev_set, job.holdout_set)
         info["search"] = search
         quant.update({k: search.get(k) for k in ("fp32_units", "chosen") if k in search})
         return lambda path: shutil.copyfile(chosen_path, path)
@@ -234,18 +249,23 @@ def ort_auto(job: QuantizeJob, config: OrtAutoConfig) -> dict:
     return _onnx(job, config, _search_writer(job, config))
 
 
-def search_rows(config, train_set, dev_set):
+def search_rows(config, train_set, dev_set, holdout_set=None):
     """The rows a mixed/auto search scores its candidates on: dev (``search_on: dev``; the dev
-    score reported afterwards is then the one the choice was made on) or ``search_rows`` training
-    rows drawn with ``seed`` (``train``)."""
+    score reported afterwards is then the one the choice was made on), ``search_rows`` training
+    rows drawn with ``seed`` (``train``) or the teacher's held-out training rows (``holdout``)."""
     if config.search_on == "dev":
         return dev_set
+    if config.search_on == "holdout":
+        if holdout_set is None or not len(holdout_set):
+            raise CompressorError("search_on: holdout needs the rows the teacher was fine-tuned without; "
+                                  "none were given")
+        return holdout_set
     if train_set is None or not len(train_set):
         raise CompressorError("search_on: train needs the task's training split; none was loaded")
     return train_set.sample(config.search_rows, config.seed, split="train (drawn for the search)")
 
 
-def _search(src_folder, work, config, preset, train_set, dev_set) -> tuple:
+def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=None) -> tuple:
     """Mixed precision (``mixed``) or the fastest configuration within the tolerance (``auto``)."""
     from compressor.export.runtime import Predictor
 
@@ -253,7 +273,7 @@ def _search(src_folder, work, config, preset, train_set, dev_set) -> tuple:
     from . import sensitivity as sens
 
     src = ox.onnx_file(src_folder)
-    search_set = search_rows(config, train_set, dev_set)
+    search_set = search_rows(config, train_set, dev_set, holdout_set)
     report_dir = os.path.join(work, "report")
     os.makedirs(report_dir, exist_ok=True)
     report = sens.measure_sensitivity(src_folder, search_set, preset, work, config.granularity, config.threads)

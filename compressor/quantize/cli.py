@@ -14,8 +14,9 @@ _HELP = {
     "preset": "Hardware to deploy to: avx2, avx512_vnni, amx, arm64.",
     "calibration": "Static INT8 calibration: minmax, entropy, percentile.",
     "max_drop": "mixed/auto: tolerated score drop in points on the search rows.",
-    "search_on": "mixed/auto: choose on dev (the dev score reported is then a best-of-dev) or on "
-                 "--search-rows training rows drawn with --seed (dev scored once, at the end).",
+    "search_on": "mixed/auto: choose on dev (the dev score reported is then a best-of-dev), on "
+                 "--search-rows training rows drawn with --seed (dev scored once, at the end), or on "
+                 "holdout: the training rows the model was fine-tuned without (finetune --holdout N).",
     "search_rows": "mixed/auto with --search-on train: how many training rows.",
     "granularity": "mixed/auto: sensitivity per matrix or per layer.",
     "exclude": "Keep this ONNX node / torch module in FP32 (repeatable).",

@@ -25,7 +25,7 @@ from .presets import PRESET_NAMES, resolve_preset
 
 CALIBRATIONS = ("minmax", "entropy", "percentile")
 GRANULARITIES = ("matrix", "layer")
-SEARCH_SPLITS = ("dev", "train")
+SEARCH_SPLITS = ("dev", "train", "holdout")
 
 
 @picks_type_by("backend", "method")
@@ -111,8 +111,10 @@ class CalibrationSettings:
 @dataclass
 class SearchSettings:
     """What the mixed/auto search ranks and checks ``max_drop`` on: the dev split (``search_on:
-    dev``, and then the dev score reported is the one the choice was made on) or ``search_rows``
-    training rows drawn with ``seed`` (``train``: dev is scored once, on the model chosen)."""
+    dev``, and then the dev score reported is the one the choice was made on), ``search_rows``
+    training rows drawn with ``seed`` (``train``: dev is scored once, on the model chosen; the
+    teacher learned from those rows, so they flatter INT8), or the training rows the teacher was
+    fine-tuned without (``holdout``: ``compressor finetune --holdout N``; all of them)."""
 
     max_drop: float = setting(0.5, check=not_negative)   # tolerated score drop (points) on the search rows
     granularity: str = setting("layer", choices=GRANULARITIES)   # sensitivity per matrix or per layer

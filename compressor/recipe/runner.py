@@ -15,7 +15,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 from .. import distributed
@@ -47,7 +47,22 @@ class StageContext:
     _cache: dict = field(default_factory=dict, repr=False)
 
     def split(self, name: str):
-        """A task split, limited as the recipe says, loaded once per run."""
+        """A task split, limited as the recipe says, loaded once per run. A teacher fine-tuned
+        with ``--holdout`` gives ``holdout`` (the training rows it did not learn from) and keeps
+        them out of ``train``, so no stage trains on the rows a choice may be made on."""
+        if name in ("train", "holdout") and name not in self._cache:
+            from ..data import holdout
+
+            record, where = holdout.record_of(self.teacher_dir)
+            if record is not None:
+                whole = load_data(self.task, "train", data_dir=self.data_dir, user_data=self.recipe.user_data)
+                rest, held = holdout.split(whole, record, where)
+                limit = self.recipe.train_limit
+                self._cache["train"] = replace(rest, examples=rest.examples[:limit]) if limit else rest
+                self._cache["holdout"] = held
+            elif name == "holdout":
+                raise CompressorError(f"the teacher {self.teacher_dir} held no training rows out: fine-tune "
+                                      "it with compressor finetune --holdout N")
         if name not in self._cache:
             limit = {"train": self.recipe.train_limit, "dev": self.recipe.dev_limit}.get(name)
             self._cache[name] = load_data(self.task, name, data_dir=self.data_dir, limit=limit,

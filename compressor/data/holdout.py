@@ -1,0 +1,91 @@
+"""Training rows held out from fine-tuning, so later choices have rows no model learned from.
+
+``compressor finetune --holdout N`` draws N rows of the training split (seeded), trains on the
+rest, and records the draw in the checkpoint's ``compressor.json`` (``holdout``: how many rows,
+the seed, the size of the split drawn from and a digest of the rows drawn). Whatever is made
+from that teacher later can take the same rows back (:func:`split`): a mixed-precision search
+(``search_on: holdout``) ranks its units on them, and a recipe leaves them out of every stage's
+training rows, so a choice made on them is made on data the teacher and its students never saw,
+as dev stays the data nothing was chosen on. The draw is recomputed from the record, and the
+digest refuses training rows other than those it was drawn from.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from dataclasses import replace
+from typing import Optional, Tuple
+
+from ..errors import CompressorError
+
+SPLIT = "holdout (training rows the teacher did not train on)"
+
+
+def _picked(examples: int, rows: int, seed: int) -> list:
+    return sorted(random.Random(seed).sample(range(examples), rows))
+
+
+def _digest(examples) -> str:
+    h = hashlib.sha256()
+    for e in examples:
+        h.update(json.dumps([list(e.texts), e.label], default=str).encode())
+    return h.hexdigest()[:20]
+
+
+def draw(train_set, rows: int, seed: int):
+    """``(rest, held, record)``: ``rows`` training rows drawn with ``seed``, the others, and what
+    ``compressor.json`` keeps of the draw."""
+    n = len(train_set)
+    if not 0 < rows < n:
+        raise CompressorError(f"holdout {rows}: the training split ({train_set.source}) has {n} rows; "
+                              f"hold out between 1 and {n - 1}")
+    picked = set(_picked(n, rows, seed))
+    held = [e for i, e in enumerate(train_set.examples) if i in picked]
+    rest = [e for i, e in enumerate(train_set.examples) if i not in picked]
+    record = {"rows": rows, "seed": seed, "examples": n, "digest": _digest(held),
+              "source": os.path.basename(train_set.source)}
+    return replace(train_set, examples=rest), replace(train_set, examples=held, split=SPLIT), record
+
+
+def split(train_set, record: dict, where: str) -> Tuple[object, object]:
+    """``(rest, held)`` of ``train_set`` as the draw ``record`` (of the checkpoint ``where``)
+    made them; ``train_set`` may run past the rows drawn from (they were its first rows)."""
+    n = record["examples"]
+    if len(train_set) < n:
+        raise CompressorError(f"{where} held out {record['rows']} of {n} training rows; "
+                              f"{train_set.source} has only {len(train_set)}: load the whole split")
+    first = train_set.examples[:n]
+    picked = set(_picked(n, record["rows"], record["seed"]))
+    held = [e for i, e in enumerate(first) if i in picked]
+    if _digest(held) != record["digest"]:
+        raise CompressorError(f"{where} held out rows of another training file than {train_set.source} "
+                              f"(its rows' digest differs): give the data it was fine-tuned on")
+    rest = [e for i, e in enumerate(first) if i not in picked] + list(train_set.examples[n:])
+    return replace(train_set, examples=rest), replace(train_set, examples=held, split=SPLIT)
+
+
+def record_of(path: Optional[str], hops: int = 8) -> Tuple[Optional[dict], Optional[str]]:
+    """The holdout record of checkpoint ``path`` or of the checkpoint it was made from (its
+    ``compressor.json`` ``source``, followed a few steps back), and which folder had it."""
+    from ..loaders import read_meta
+
+    while path and hops and os.path.isdir(path):
+        meta = read_meta(path)
+        if meta.get("holdout"):
+            return meta["holdout"], path
+        path, hops = meta.get("source"), hops - 1
+    return None, None
+
+
+def training_rows(task_spec, data_dir: Optional[str], limit: Optional[int], user_data, teacher: Optional[str]):
+    """The training split for work that starts from ``teacher`` (or from a model made from it):
+    without the rows it was fine-tuned without, then the first ``limit`` of the others."""
+    from .userfiles import load_data
+
+    record, where = record_of(teacher)
+    if record is None:
+        return load_data(task_spec, "train", data_dir, limit, user_data)
+    rest, _ = split(load_data(task_spec, "train", data_dir, None, user_data), record, where)
+    return replace(rest, examples=rest.examples[:limit]) if limit else rest

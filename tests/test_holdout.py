@@ -1,0 +1,121 @@
+"""Training rows held out from fine-tuning (``compressor finetune --holdout N``): recorded in the
+checkpoint, taken back by everything made from it, left out of every later stage's training
+rows, and what a mixed-precision search can choose on (``search_on: holdout``)."""
+import json
+import os
+from dataclasses import replace
+
+import pytest
+
+from compressor.errors import CompressorError
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory, tiny_models, glue_dir):
+    """A tiny BERT fine-tuned on SST-2's first 64 training rows, 16 of them held out."""
+    from compressor.cli import main
+
+    out = str(tmp_path_factory.mktemp("holdout") / "teacher")
+    main(["finetune", "--model", tiny_models["bert"], "--task", "sst2", "--out", out, "--data-dir", glue_dir,
+          "--train-limit", "64", "--dev-limit", "16", "--holdout", "16", "--epochs", "1",
+          "--batch-size", "16", "--max-length", "32", "--device", "cpu"])
+    return out
+
+
+def texts(dataset):
+    return [tuple(e.texts) for e in dataset.examples]
+
+
+def test_finetune_records_the_rows_it_held_out_and_trains_without_them(teacher, glue_dir):
+    from compressor.data import get_task, holdout, load_data
+
+    metrics = json.load(open(os.path.join(teacher, "metrics.json")))
+    meta = json.load(open(os.path.join(teacher, "compressor.json")))
+    assert metrics["train_examples"] == 48 and meta["holdout"] == metrics["holdout"]
+    assert meta["holdout"]["rows"] == 16 and meta["holdout"]["examples"] == 64 and meta["holdout"]["seed"] == 42
+    # the whole split gives the same rows back: the first 64 were drawn from
+    whole = load_data(get_task("sst2"), "train", glue_dir)
+    rest, held = holdout.split(whole, meta["holdout"], teacher)
+    first = load_data(get_task("sst2"), "train", glue_dir, 64)
+    assert len(held) == 16 and set(texts(held)) <= set(texts(first))
+    assert not set(texts(held)) & set(texts(rest)) and len(rest) == len(whole) - 16
+    assert held.split.startswith("holdout")
+    # other rows, or too few, are refused
+    with pytest.raises(CompressorError, match="held out rows of another training file"):
+        holdout.split(replace(whole, examples=whole.examples[1:]), meta["holdout"], teacher)
+    with pytest.raises(CompressorError, match="has only 10: load the whole split"):
+        holdout.split(replace(whole, examples=whole.examples[:10]), meta["holdout"], teacher)
+    # the export of the teacher carries the record (its compressor.json copies the teacher's)
+    assert holdout.record_of(teacher) == (meta["holdout"], teacher)
+
+
+def test_a_recipe_trains_no_stage_on_the_held_rows_and_searches_on_them(teacher, tmp_path, glue_dir, monkeypatch):
+    from compressor.data import get_task, holdout, load_data
+    from compressor.quantize import sensitivity as sens
+    from compressor.recipe import run_recipe
+    from compressor.recipe.runner import StageContext
+    from compressor.recipe.schema import load_recipe
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"""name: holdout
+task: sst2
+data: {{train_limit: 40, dev_limit: 16}}
+teacher: {teacher}
+device: cpu
+stages:
+  - export: {{}}
+  - quantize: {{method: mixed, max_drop: 100, search_on: holdout}}
+""")
+    loaded = load_recipe(str(recipe))
+    ctx = StageContext(loaded, get_task("sst2"), glue_dir, teacher, teacher, str(tmp_path / "x"))
+    train, held = ctx.split("train"), ctx.split("holdout")
+    _, expected = holdout.split(load_data(get_task("sst2"), "train", glue_dir), holdout.record_of(teacher)[0], teacher)
+    assert texts(held) == texts(expected) and len(train) == 40
+    assert not set(texts(held)) & set(texts(train))
+    seen = []
+    real = sens.dev_score
+    monkeypatch.setattr(sens, "dev_score", lambda folder, rows, *a, **k: seen.append(rows.split) or real(folder, rows, *a, **k))
+    manifest = run_recipe(str(recipe), str(tmp_path / "run"), data_dir=glue_dir, log=lambda m: None)
+    record = json.load(open(tmp_path / "run" / manifest["stages"][-1]["dir"] / "record.json"))
+    assert record["search"]["search_on"] == "holdout" and record["search"]["search_rows"] == 16
+    assert seen and all(s.startswith("holdout") for s in seen)     # dev never scored in the search
+    assert record["split"] == "dev" and record["examples"] == 16
+
+
+def test_distillation_from_such_a_teacher_leaves_its_rows_out(teacher, tmp_path, glue_dir, monkeypatch):
+    from compressor.distill import DistillConfig, distill
+    from compressor.distill import distiller
+
+    trained_on = []
+    real = distiller.fit
+    monkeypatch.setattr(distiller, "fit", lambda model, tok, rows, *a, **k: trained_on.append(rows) or real(model, tok, rows, *a, **k))
+    result = distill(teacher, str(tmp_path / "student"), task="sst2", data_dir=glue_dir, train_limit=64,
+                     dev_limit=8, config=DistillConfig(epochs=1, batch_size=16, max_length=32, device="cpu",
+                                                       student={"kind": "layers", "num_layers": 1},
+                                                       losses={"kd": 1}))
+    assert result["phases"][-1]["train_examples"] == 64          # the limit, counted after the 16 left out
+    from compressor.data import get_task, holdout, load_data
+
+    rest, _ = holdout.split(load_data(get_task("sst2"), "train", glue_dir), holdout.record_of(teacher)[0], teacher)
+    assert texts(trained_on[0]) == texts(replace(rest, examples=rest.examples[:64]))
+    _, held = holdout.split(load_data(get_task("sst2"), "train", glue_dir), holdout.record_of(teacher)[0], teacher)
+    assert not set(texts(held)) & set(texts(trained_on[0]))
+    assert set(texts(held)) <= set(texts(load_data(get_task("sst2"), "train", glue_dir, 64)))   # else this proves nothing
+
+
+def test_bad_holdouts_are_one_line_errors(teacher, tiny_models, tmp_path, glue_dir, capsys):
+    from test_cli import assert_one_line_error, run_cli
+
+    code, _, err = run_cli(capsys, "finetune", "--model", tiny_models["bert"], "--task", "sst2", "--out",
+                           str(tmp_path / "t"), "--data-dir", glue_dir, "--train-limit", "20", "--holdout", "20",
+                           "--device", "cpu")
+    assert_one_line_error(code, err, "holdout 20: the training split")
+    assert not os.path.exists(tmp_path / "t")
+    # a model whose teacher held nothing out has nothing to search on
+    from conftest import save_sst2_classifier
+
+    plain = save_sst2_classifier(tmp_path / "plain", tiny_models["bert"])
+    code, _, err = run_cli(capsys, "quantize", plain, "--out", str(tmp_path / "q"), "--method", "mixed",
+                           "--search-on", "holdout", "--data-dir", glue_dir, "--dev-limit", "8")
+    assert_one_line_error(code, err, "search_on: holdout needs a model fine-tuned with --holdout N")
+    assert not os.path.exists(tmp_path / "q")
