@@ -46,13 +46,15 @@ def on_checkpoint(model: str, out: str, config_cls: type, config, settings: dict
 def model_to_model(method: Callable, label: str) -> Callable:
     """The ``run`` of :func:`on_checkpoint` for a method that takes a loaded model and returns
     a new one: ``method(net, tokenizer, train_set, dev_set, config, desc=...) -> (net, record)``;
-    the checkpoint is loaded through the loader registry and the result saved to ``out``."""
+    the checkpoint is loaded through the loader registry and the result saved to ``out``;
+    keyword ``rows`` (early exit's ``calibration_set``) go on to ``method``."""
 
-    def run(path, task_spec, train_set, dev_set, config, out, meta):
+    def run(path, task_spec, train_set, dev_set, config, out, meta, **rows):
         from .models import load_for_task, save_checkpoint
 
         net, tokenizer = load_for_task(path, task_spec)
-        net, record = method(net, tokenizer, train_set, dev_set, config, desc=f"{label} {task_spec.name}")
+        net, record = method(net, tokenizer, train_set, dev_set, config, desc=f"{label} {task_spec.name}",
+                             **rows)
         save_checkpoint(net, tokenizer, out, meta)
         return record
 

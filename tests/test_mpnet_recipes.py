@@ -68,16 +68,37 @@ def test_every_seed_system_has_an_mpnet_recipe():
     names = {os.path.basename(p)[:-5] for p in RECIPES}
     assert {"distilbert-6l", "pkd-6l", "tinybert-4l", "minilm-6l", "pd-minilm-l6", "theseus-6l",
             "albert-share", "q8bert-dynamic", "q8bert-qat", "qbert-mixed", "early-exit", "chain",
-            "mobilebert-progressive"} <= names
+            "mobilebert-progressive", "qbert-mixed-holdout"} <= names
+
+
+def held_out_teacher(teacher: str, out: str, glue_dir: str) -> str:
+    """The teacher as if fine-tuned with --holdout 16 on SST-2's first 64 training rows (the
+    draw recorded in its compressor.json), for the recipes that choose on held-out rows."""
+    import shutil
+
+    from compressor.data import get_task, holdout, load_data
+
+    shutil.copytree(teacher, out)
+    _, _, record = holdout.draw(load_data(get_task("sst2"), "train", glue_dir, 64), 16, 42)
+    with open(os.path.join(out, "compressor.json")) as f:
+        meta = json.load(f)
+    with open(os.path.join(out, "compressor.json"), "w") as f:
+        json.dump({**meta, "holdout": record}, f)
+    return out
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: os.path.basename(p)[:-5])
 def test_the_recipe_runs_on_an_mpnet_teacher(recipe, mpnet_teacher, glue_dir, tmp_path):
     path = shrunk(recipe, str(tmp_path / "r.yaml"), mpnet_teacher, str(tmp_path / "general"))
+    teacher = held_out_teacher(mpnet_teacher, str(tmp_path / "teacher"), glue_dir) \
+        if "on: holdout" in open(recipe).read() else mpnet_teacher
     manifest = run_recipe(path, str(tmp_path / "run"), data_dir=glue_dir, task="sst2",
-                          teacher=mpnet_teacher, log=lambda msg: None)
+                          teacher=teacher, log=lambda msg: None)
     stages = manifest["stages"]
     assert stages[0]["dir"] == "00-teacher" and len(stages) == 1 + len(yaml.safe_load(open(recipe))["stages"])
     for s in stages:
         record = json.load(open(os.path.join(tmp_path, "run", s["dir"], "record.json")))
         assert record, s["dir"]
+    if teacher != mpnet_teacher:      # chose on the 16 rows the teacher held out, nothing else
+        search = json.load(open(os.path.join(tmp_path, "run", stages[-1]["dir"], "record.json")))["search"]
+        assert search["search_on"] == "holdout" and search["search_rows"] == 16

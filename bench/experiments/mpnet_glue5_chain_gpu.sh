@@ -31,6 +31,9 @@
 #     SKIP_COMMITTED=bench/results/mpnet-glue5/seeds skips the pairs committed there with the
 #     recipe as it is now (bench/experiments/seed_done.py).
 #     SEED_DATA="train_limit: 64, dev_limit: 32" makes a dry run of the recipes.
+#     A recipe that chooses on held-out rows (`on: holdout`, qbert-mixed-holdout) runs on a second
+#     teacher, TASK-holdout, fine-tuned without about a tenth of the training rows (HOLDOUT_ROWS
+#     sets how many, for a dry run).
 #   PHASE=collect: only the tar of what exists (after a call cut off by its time limit).
 # Steps a warm machine finished are skipped, so a later call resumes an earlier one. OUT_DIR
 # must outlive the call: not the device tool's $OUT (emptied before each call); tar OUT_DIR
@@ -64,16 +67,23 @@ int8() {  # name: fused ONNX export, dynamic INT8 (avx512_vnni preset, as the CP
   "${E[@]}" > "$OUT/logs/$name-onnx.log" 2>&1 && "${Q[@]}" > "$OUT/logs/$name-int8.log" 2>&1 \
     && cp "$WORK/$name-int8/quantize.json" "$OUT/$name-int8-quantize.json"
 }
-teacher() {  # task: fine-tune where this machine has none yet (mpnet_glue5_teachers.sh's settings)
-  local task=$1 t
-  [ -f "$WORK/$task/metrics.json" ] && return 0
+teacher() {  # task [holdout]: fine-tune where this machine has none yet (mpnet_glue5_teachers.sh's
+  # settings); with holdout, a second teacher ($WORK/TASK-holdout) fine-tuned without about a tenth
+  # of the training rows (2,000 on SST-2), for the recipes that choose on rows no model learned from
+  local task=$1 name=$1 t held=()
+  if [ "${2:-}" = holdout ]; then
+    name=$task-holdout
+    case $task in sst2) held=2000;; mrpc) held=400;; stsb) held=600;; rte) held=250;; cola) held=850;; esac
+    held=(--holdout ${HOLDOUT_ROWS:-$held})   # HOLDOUT_ROWS: a dry run's few rows
+  fi
+  [ -f "$WORK/$name/metrics.json" ] && return 0
   case $task in sst2) t="2 32";; cola) t="3 32";; *) t="5 16";; esac; set -- $t
-  T=(python3 -m compressor finetune --model "$WORK/mpnet" --task $task --data-dir "$GLUE" --out "$WORK/$task"
+  T=(python3 -m compressor finetune --model "$WORK/mpnet" --task $task --data-dir "$GLUE" --out "$WORK/$name"
     --epochs "$1" --batch-size "$2" --lr 2e-5 --max-length 128 --warmup 0.06 --eval-every $ONCE --seed 42
-    --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
+    --precision $PRECISION --device "$DEVICE" --overwrite "${held[@]}" $LIMITS)
   log "${T[@]}"
-  "${T[@]}" > "$OUT/logs/$task.log" 2>&1 && cp "$WORK/$task/metrics.json" "$OUT/$task-metrics.json" \
-    || { echo "FAILED $task" >> "$OUT/logs/failed.txt"; return 1; }
+  "${T[@]}" > "$OUT/logs/$name.log" 2>&1 && cp "$WORK/$name/metrics.json" "$OUT/$name-metrics.json" \
+    || { echo "FAILED $name" >> "$OUT/logs/failed.txt"; return 1; }
 }
 student() {  # task variant(kd|pkd): a 6-layer student of every other teacher layer, in the foreground
   local task=$1 variant=$2; set -- $(spec $task)
@@ -118,22 +128,28 @@ theseus() {  # task: BERT-of-Theseus 12 -> 6 from the teacher, constant rate 0.5
 }
 failed() { echo "FAILED $1" >> "$OUT/logs/failed.txt"; }
 SEEDS=${SEEDS-distilbert-6l pkd-6l tinybert-4l minilm-6l pd-minilm-l6 theseus-6l albert-share mobilebert-progressive q8bert-qat early-exit}
-SEEDS_CPU=${SEEDS_CPU-q8bert-dynamic qbert-mixed}   # set but empty: no CPU lane
+SEEDS_CPU=${SEEDS_CPU-q8bert-dynamic qbert-mixed qbert-mixed-holdout}   # set but empty: no CPU lane
+seed_teacher() {  # task recipe: the teacher folder (under $WORK) a seed recipe runs on
+  grep -q "on: holdout" "recipes/mpnet/$2.yaml" && echo "$1-holdout" || echo "$1"
+}
 pending() {  # task recipes...: those not committed in SKIP_COMMITTED with the recipe as it is now
   local task=$1 r; shift
   for r in "$@"; do
     [ -n "${SKIP_COMMITTED:-}" ] && python3 -m bench.experiments.seed_done recipes/mpnet/$r.yaml $task \
-      "$WORK/$task" "$SKIP_COMMITTED" && { echo "seed $r-$task: in $SKIP_COMMITTED, skipped" >&2; continue; }
+      "$WORK/$(seed_teacher $task $r)" "$SKIP_COMMITTED" && { echo "seed $r-$task: in $SKIP_COMMITTED, skipped" >&2; continue; }
     echo $r
   done
 }
 seed() {  # task recipe: one seed system's committed recipe (recipes/mpnet/) on this task's teacher
-  local task=$1 r=$2 rec=recipes/mpnet/$2.yaml name=$2-$1 rc=0
+  # (a recipe that chooses on held-out rows: on the teacher fine-tuned without them)
+  local task=$1 r=$2 rec=recipes/mpnet/$2.yaml name=$2-$1 rc=0 t
+  t=$(seed_teacher $task $r)
+  [ $t = $task ] || teacher $task holdout || { failed seed-$name; return 1; }
   if [ -n "${SEED_DATA:-}" ]; then  # a dry run: the same recipe with data limits
     mkdir -p "$WORK/recipes"; { cat "$rec"; echo "data: {$SEED_DATA}"; } > "$WORK/recipes/$r.yaml"
     rec=$WORK/recipes/$r.yaml
   fi
-  R=(python3 -m compressor run "$rec" --task $task --teacher "$WORK/$task" --data-dir "$GLUE"
+  R=(python3 -m compressor run "$rec" --task $task --teacher "$WORK/$t" --data-dir "$GLUE"
     --device "$DEVICE" --out "$WORK/seeds/$name")
   log "${R[@]}"
   "${R[@]}" > "$OUT/logs/seed-$name.log" 2>&1 || rc=$?

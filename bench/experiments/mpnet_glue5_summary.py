@@ -71,6 +71,7 @@ SEED_LABELS = {  # recipes/mpnet/NAME.yaml -> what it reproduces
     "q8bert-dynamic": "Q8BERT-style dynamic INT8 (fused ONNX)",
     "q8bert-qat": "Q8BERT-style quantisation-aware training, INT8",
     "qbert-mixed": "Q-BERT-style mixed precision (per-layer INT8/FP32)",
+    "qbert-mixed-holdout": "Q-BERT-style mixed precision (per-layer INT8/FP32), teacher fine-tuned with rows held out",
     "early-exit": "early exit (entropy; patience on STS-B), INT8 segments",
 }
 SCHEDULES = {  # what a run's distill phases say, for the randomly built students it matters to
@@ -95,6 +96,8 @@ def _search_note(run_folder: str, manifest: dict) -> str:
         if search:
             if search.get("search_on", "dev") == "dev":
                 return ", FP32 layers chosen on dev (best-of-dev)"
+            if search["search_on"] == "holdout":
+                return f", FP32 layers chosen on the {search.get('search_rows')} training rows it did not learn from"
             return f", FP32 layers chosen on {search.get('search_rows')} training rows"
     return ""
 

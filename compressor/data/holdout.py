@@ -89,3 +89,15 @@ def training_rows(task_spec, data_dir: Optional[str], limit: Optional[int], user
         return load_data(task_spec, "train", data_dir, limit, user_data)
     rest, _ = split(load_data(task_spec, "train", data_dir, None, user_data), record, where)
     return replace(rest, examples=rest.examples[:limit]) if limit else rest
+
+
+def held_rows(model: str, task_spec, data_dir: Optional[str], user_data=None, needs: str = "this"):
+    """The training rows ``model`` (or the checkpoint it was made from) was fine-tuned without;
+    ``needs`` names what asked for them in the error when there are none."""
+    from .userfiles import load_data
+
+    record, where = record_of(model)
+    if record is None:
+        raise CompressorError(f"{needs} needs a model fine-tuned with --holdout N (or made from one): "
+                              f"{model} and the checkpoints it was made from record none")
+    return split(load_data(task_spec, "train", data_dir, None, user_data), record, where)[1]

@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 from typing import Optional
 
+from ..errors import CompressorError
 from ..models import count_parameters
 from ..recipe.registry import TRAINABLE, register_stage
 from .configs import EarlyExitConfig, ExitExportConfig
@@ -15,9 +16,10 @@ from .runtime_loader import KIND as ONNX_KIND
 
 
 def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig,
-                   desc: str = "early exit"):
+                   desc: str = "early exit", calibration_set=None):
     """Wrap the task ``model`` with exits, train them, calibrate the rule on held-out training
-    rows; return the :class:`EarlyExitModel` and the record (dev scored once, at the end)."""
+    rows (``calibrate.on: holdout``: on ``calibration_set``, the rows the teacher was fine-tuned
+    without); return the :class:`EarlyExitModel` and the record (dev scored once, at the end)."""
     from ..device import resolve_device
     from ..train import set_seed
     from .train import calibrate_model, exit_report, hold_out, train_exits
@@ -43,7 +45,13 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
         before = {"metrics": before, "score": task_score(dev_set.task, before)}
     net = EarlyExitModel(model, config.layers, config.dropout, tolerance=config.tolerance,
                          pooling=config.pooling)
-    fit_set, held = hold_out(train_set, config.calibrate.rows, config.seed)
+    if config.calibrate.on == "holdout":
+        if calibration_set is None or not len(calibration_set):
+            raise CompressorError("calibrate.on: holdout needs the rows the teacher was fine-tuned without")
+        fit_set = train_set
+        held = calibration_set.sample(config.calibrate.rows, config.seed)
+    else:
+        fit_set, held = hold_out(train_set, config.calibrate.rows, config.seed)
     training = train_exits(net, tokenizer, fit_set, held, config, desc=desc)
     calibration = calibrate_model(net, tokenizer, held, config, device, desc=f"{desc}: calibrate")
     report = exit_report(net, tokenizer, dev_set, config.max_length, device, desc=f"{desc}: dev")
@@ -59,6 +67,7 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
         "exit_layers": net.exit_layers, "layers": net.total_layers, "rule": net.rule,
         "threshold": net.threshold, "calibration": calibration, "dev": report,
         "training": training, "train_rows": len(fit_set), "calibration_rows": len(held),
+        "calibration_split": held.split,
         "train_time_s": round(time.perf_counter() - start, 2)}
 
 
@@ -68,8 +77,9 @@ def early_exit_stage(ctx, config: EarlyExitConfig) -> dict:
     from ..methods import model_to_model
 
     run = model_to_model(run_early_exit, "early exit")
+    held = ctx.split("holdout") if config.calibrate.on == "holdout" else None
     return run(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config, ctx.out_dir,
-               ctx.meta("early_exit", config.max_length))
+               ctx.meta("early_exit", config.max_length), calibration_set=held)
 
 
 @register_stage("early_exit_export", ExitExportConfig, accepts=(KIND,), produces=ONNX_KIND)
@@ -120,9 +130,15 @@ def early_exit(model: str, out: str, config=None, task: Optional[str] = None,
     ``config`` is an :class:`EarlyExitConfig` or a mapping such as ``{"training": "self_distill",
     "rule": "patience", "calibrate": {"target": 0.99}}``; keyword ``settings`` are merged in.
     """
+    from ..data import holdout
     from ..methods import model_to_model, on_checkpoint
 
-    run = model_to_model(run_early_exit, "early exit")
+    exits = model_to_model(run_early_exit, "early exit")
+
+    def run(path, task_spec, train_set, dev_set, config, out, meta):
+        held = holdout.held_rows(path, task_spec, data_dir, user_data, needs="calibrate.on: holdout") \
+            if config.calibrate.on == "holdout" else None
+        return exits(path, task_spec, train_set, dev_set, config, out, meta, calibration_set=held)
 
     return on_checkpoint(model, out, EarlyExitConfig, config, settings, "early_exit", run,
                          task, data_dir, train_limit, dev_limit, overwrite, user_data)

@@ -67,7 +67,9 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
     if train_set is None and config.uses_train:
         train_set = load_split(task_spec, "train", data_dir=data_dir)
     if holdout_set is None and getattr(config, "search_on", None) == "holdout":
-        holdout_set = held_out_rows(model, task_spec, data_dir)
+        from ..data import holdout
+
+        holdout_set = holdout.held_rows(model, task_spec, data_dir, needs="search_on: holdout")
     if dev_set is None:
         try:
             dev_set = load_split(task_spec, "dev", data_dir=data_dir)
@@ -93,17 +95,6 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
     record["versions"] = versions()
     write_json(os.path.join(out, RECORD_FILE), record)
     return record
-
-
-def held_out_rows(model: str, task_spec, data_dir: Optional[str]):
-    """The training rows ``model`` (or the checkpoint it was made from) was fine-tuned without."""
-    from ..data import holdout, load_split
-
-    record, where = holdout.record_of(model)
-    if record is None:
-        raise CompressorError(f"search_on: holdout needs a model fine-tuned with --holdout N (or made from "
-                              f"one): {model} and the checkpoints it was made from record none")
-    return holdout.split(load_split(task_spec, "train", data_dir=data_dir), record, where)[1]
 
 
 def _score_output(out: str, config: QuantizeConfig, dev_set, max_length: int) -> dict:
