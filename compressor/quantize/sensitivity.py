@@ -74,36 +74,38 @@ def _short(node_name: str) -> str:
     return ".".join(parts) or node_name
 
 
-def measure_sensitivity(folder: str, dev_set, preset, work_dir: str, granularity: str = "matrix",
+def measure_sensitivity(folder: str, rows_set, preset, work_dir: str, granularity: str = "matrix",
                         threads: Optional[int] = None, op_types: Optional[Sequence[str]] = None) -> dict:
-    """Score the export ``folder``'s FP32 graph, all-INT8 and each unit quantised alone; rows
-    sorted by drop, largest first."""
+    """Score the export ``folder``'s FP32 graph, all-INT8 and each unit quantised alone on
+    ``rows_set`` (the search's rows: dev, drawn training rows or the teacher's held-out rows);
+    units sorted by drop, largest first."""
     onnx_path = onnx_file(folder)
     units = quantizable_units(onnx_path, granularity)
-    baseline = dev_score(folder, dev_set, threads=threads)
+    baseline = dev_score(folder, rows_set, threads=threads)
     rows = []
     for position, (name, nodes) in enumerate(progress(units.items(), total=len(units), desc="sensitivity",
                                                       unit="unit")):
         path = os.path.join(work_dir, "one.onnx")
         quantize_dynamic_onnx(onnx_path, path, preset, nodes_to_quantize=nodes, op_types=op_types)
-        value = dev_score(folder, dev_set, path, threads)
+        value = dev_score(folder, rows_set, path, threads)
         rows.append({"unit": name, "nodes": nodes, "score": value, "drop": baseline - value,
                      "position": position})
     path = os.path.join(work_dir, "all.onnx")
     quantize_dynamic_onnx(onnx_path, path, preset, op_types=op_types)
-    everything = dev_score(folder, dev_set, path, threads)
+    everything = dev_score(folder, rows_set, path, threads)
     order = sorted(rows, key=lambda r: (-r["drop"], r["unit"]))
     return {"granularity": granularity, "fp32_score": baseline, "all_int8_score": everything,
-            "units": order, "examples": len(dev_set), "split": dev_set.split}
+            "units": order, "examples": len(rows_set), "split": rows_set.split}
 
 
-def dev_score(folder: str, dev_set, model_file: Optional[str] = None, threads: Optional[int] = None) -> float:
-    """The task score of the export ``folder``'s graph, or of ``model_file`` with its tokenizer."""
+def dev_score(folder: str, rows_set, model_file: Optional[str] = None, threads: Optional[int] = None) -> float:
+    """The task score on ``rows_set`` (whichever rows the search uses; the name is historical) of
+    the export ``folder``'s graph, or of ``model_file`` with its tokenizer."""
     from compressor.export.onnx import score_onnx
 
     from ..metrics import task_score
 
-    return task_score(dev_set.task, score_onnx(folder, dev_set, threads, model_file))
+    return task_score(rows_set.task, score_onnx(folder, rows_set, threads, model_file))
 
 
 def table(report: dict, metric: str) -> str:
@@ -136,7 +138,7 @@ def plot(report: dict, path: str, metric: str) -> str:
     return save_figure(fig, path, dpi=120)
 
 
-def mixed_precision(folder: str, out_path: str, report: dict, dev_set, preset, max_drop: float,
+def mixed_precision(folder: str, out_path: str, report: dict, rows_set, preset, max_drop: float,
                     threads: Optional[int] = None, op_types: Optional[Sequence[str]] = None) -> dict:
     """Quantise all, then keep the most sensitive units FP32 one by one until the drop <= ``max_drop``.
 
@@ -152,7 +154,7 @@ def mixed_precision(folder: str, out_path: str, report: dict, dev_set, preset, m
     excluded: List[str] = []
     for k in range(len(ranked) + 1):
         quantize_dynamic_onnx(onnx_path, out_path, preset, nodes_to_exclude=excluded, op_types=op_types)
-        value = dev_score(folder, dev_set, out_path, threads)
+        value = dev_score(folder, rows_set, out_path, threads)
         tried.append({"fp32_units": list(kept), "score": value, "drop": baseline - value})
         if baseline - value <= max_drop or k == len(ranked):
             break
