@@ -229,7 +229,9 @@ seeds)  # every seed system's recipe on each task's teacher (fine-tuned first wh
    (
     v=SEEDS_$task; seeds=($(pending $task ${!v-$SEEDS})); v=SEEDS_CPU_$task; cpu=$(pending $task ${!v-$SEEDS_CPU})
     [ ${#seeds[@]} = 0 ] && [ -z "$cpu" ] && exit 0   # nothing left on this task: no teacher either
-    teacher $task || exit 1
+    for r in "${seeds[@]}" $cpu; do   # the plain teacher only where a recipe runs on it
+      [ "$(seed_teacher $task $r)" = $task ] && { teacher $task || exit 1; break; }
+    done
     for ((lane = 0; lane < ${LANES:-1}; lane++)); do  # LANES GPU lanes, recipes dealt round-robin
       { export OMP_NUM_THREADS=${GPU_LANE_THREADS:-2}  # 16 processes of 16 threads each starve the CPU
         for ((i = lane; i < ${#seeds[@]}; i += ${LANES:-1})); do seed $task ${seeds[i]}; done; } &
