@@ -79,16 +79,23 @@ def record_of(path: Optional[str], hops: int = 8) -> Tuple[Optional[dict], Optio
     return None, None
 
 
-def training_rows(task_spec, data_dir: Optional[str], limit: Optional[int], user_data, teacher: Optional[str]):
-    """The training split for work that starts from ``teacher`` (or from a model made from it):
-    without the rows it was fine-tuned without, then the first ``limit`` of the others."""
+def training_and_held(task_spec, data_dir: Optional[str], limit: Optional[int], user_data,
+                      teacher: Optional[str]):
+    """``(training rows, held rows)`` for work that starts from ``teacher`` (or from a model made
+    from it): the split without the rows it was fine-tuned without, then the first ``limit`` of
+    the others; and those rows (None when it held none out)."""
     from .userfiles import load_data
 
     record, where = record_of(teacher)
     if record is None:
-        return load_data(task_spec, "train", data_dir, limit, user_data)
-    rest, _ = split(load_data(task_spec, "train", data_dir, None, user_data), record, where)
-    return replace(rest, examples=rest.examples[:limit]) if limit else rest
+        return load_data(task_spec, "train", data_dir, limit, user_data), None
+    rest, held = split(load_data(task_spec, "train", data_dir, None, user_data), record, where)
+    return (replace(rest, examples=rest.examples[:limit]) if limit else rest), held
+
+
+def training_rows(task_spec, data_dir: Optional[str], limit: Optional[int], user_data, teacher: Optional[str]):
+    """The training split for work that starts from ``teacher``, its held rows left out."""
+    return training_and_held(task_spec, data_dir, limit, user_data, teacher)[0]
 
 
 def held_rows(model: str, task_spec, data_dir: Optional[str], user_data=None, needs: str = "this"):

@@ -15,7 +15,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from .. import distributed
@@ -53,16 +53,14 @@ class StageContext:
         if name in ("train", "holdout") and name not in self._cache:
             from ..data import holdout
 
-            record, where = holdout.record_of(self.teacher_dir)
-            if record is not None:
-                whole = load_data(self.task, "train", data_dir=self.data_dir, user_data=self.recipe.user_data)
-                rest, held = holdout.split(whole, record, where)
-                limit = self.recipe.train_limit
-                self._cache["train"] = replace(rest, examples=rest.examples[:limit]) if limit else rest
-                self._cache["holdout"] = held
-            elif name == "holdout":
+            train, held = holdout.training_and_held(self.task, self.data_dir, self.recipe.train_limit,
+                                                    self.recipe.user_data, self.teacher_dir)
+            if held is None and name == "holdout":
                 raise CompressorError(f"the teacher {self.teacher_dir} held no training rows out: fine-tune "
                                       "it with compressor finetune --holdout N")
+            self._cache["train"] = train
+            if held is not None:
+                self._cache["holdout"] = held
         if name not in self._cache:
             limit = {"train": self.recipe.train_limit, "dev": self.recipe.dev_limit}.get(name)
             self._cache[name] = load_data(self.task, name, data_dir=self.data_dir, limit=limit,
