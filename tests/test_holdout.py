@@ -122,13 +122,13 @@ def test_bad_holdouts_are_one_line_errors(teacher, tiny_models, tmp_path, glue_d
 
 
 def test_early_exit_can_calibrate_on_the_rows_the_teacher_held_out(teacher, tmp_path, glue_dir, capsys):
-    """calibrate.on: holdout picks the threshold on rows neither the teacher nor its exits learned
+    """calibrate.split: holdout picks the threshold on rows neither the teacher nor its exits learned
     from; the exits train on every other training row (none taken for calibration)."""
     from compressor.exit import early_exit
     from test_cli import assert_one_line_error, run_cli
 
     record = early_exit(teacher, str(tmp_path / "ee"), {"epochs": 1, "max_length": 32,
-                        "calibrate": {"on": "holdout", "rows": 10}}, data_dir=glue_dir,
+                        "calibrate": {"split": "holdout", "rows": 10}}, data_dir=glue_dir,
                         train_limit=48, dev_limit=8)
     assert record["calibration_rows"] == 10 and record["calibration_split"].startswith("holdout")
     assert record["train_rows"] == 48                       # nothing of the 48 taken for calibration
@@ -140,6 +140,6 @@ def test_early_exit_can_calibrate_on_the_rows_the_teacher_held_out(teacher, tmp_
     other = save_sst2_classifier(tmp_path / "plain", teacher)
     code, _, err = run_cli(capsys, "early-exit", "--model", other, "--out", str(tmp_path / "ee3"),
                            "--data-dir", glue_dir, "--train-limit", "16", "--dev-limit", "8",
-                           "--set", "calibrate.on=holdout")
-    assert_one_line_error(code, err, "calibrate.on: holdout needs a model fine-tuned with --holdout N")
+                           "--set", "calibrate.split=holdout")
+    assert_one_line_error(code, err, "calibrate.split: holdout needs a model fine-tuned with --holdout N")
     assert not os.path.exists(tmp_path / "ee3")

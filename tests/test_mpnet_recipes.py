@@ -5,6 +5,7 @@ exit, benchmark) accepts MPNet, whose layers share one relative-position bias.""
 import glob
 import json
 import os
+import re
 
 import pytest
 import yaml
@@ -50,7 +51,7 @@ def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = 
             settings.update(sentences=4, threads=[1], batch_sizes=[],
                             peers=[p for p in settings.get("peers", []) if p != "inc-int8"])
         if name == "early_exit":
-            settings["calibrate"] = {"rows": 16, "target": 0.99}
+            settings["calibrate"] = {**settings.get("calibrate", {}), "rows": 16, "target": 0.99}
         if name == "share" and settings.get("embedding_rank"):
             settings["embedding_rank"] = 8               # the tiny model's width is 48
         if name == "quantize" and settings.get("method") == "mixed":
@@ -91,7 +92,7 @@ def held_out_teacher(teacher: str, out: str, glue_dir: str) -> str:
 def test_the_recipe_runs_on_an_mpnet_teacher(recipe, mpnet_teacher, glue_dir, tmp_path):
     path = shrunk(recipe, str(tmp_path / "r.yaml"), mpnet_teacher, str(tmp_path / "general"))
     teacher = held_out_teacher(mpnet_teacher, str(tmp_path / "teacher"), glue_dir) \
-        if "on: holdout" in open(recipe).read() else mpnet_teacher
+        if re.search(r"(search_on|split): holdout", open(recipe).read()) else mpnet_teacher
     manifest = run_recipe(path, str(tmp_path / "run"), data_dir=glue_dir, task="sst2",
                           teacher=teacher, log=lambda msg: None)
     stages = manifest["stages"]
@@ -100,5 +101,10 @@ def test_the_recipe_runs_on_an_mpnet_teacher(recipe, mpnet_teacher, glue_dir, tm
         record = json.load(open(os.path.join(tmp_path, "run", s["dir"], "record.json")))
         assert record, s["dir"]
     if teacher != mpnet_teacher:      # chose on the 16 rows the teacher held out, nothing else
-        search = json.load(open(os.path.join(tmp_path, "run", stages[-1]["dir"], "record.json")))["search"]
-        assert search["search_on"] == "holdout" and search["search_rows"] == 16
+        records = [json.load(open(os.path.join(tmp_path, "run", s["dir"], "record.json"))) for s in stages[1:]]
+        searched = [r["search"] for r in records if r.get("search")]
+        calibrated = [r for r in records if r.get("calibration_split")]
+        assert searched or calibrated
+        assert all(s["search_on"] == "holdout" and s["search_rows"] == 16 for s in searched)
+        assert all(r["calibration_split"].startswith("holdout") and r["calibration_rows"] == 16
+                   for r in calibrated)

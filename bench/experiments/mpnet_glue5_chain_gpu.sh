@@ -31,7 +31,7 @@
 #     SKIP_COMMITTED=bench/results/mpnet-glue5/seeds skips the pairs committed there with the
 #     recipe as it is now (bench/experiments/seed_done.py).
 #     SEED_DATA="train_limit: 64, dev_limit: 32" makes a dry run of the recipes.
-#     A recipe that chooses on held-out rows (`on: holdout`, qbert-mixed-holdout) runs on a second
+#     A recipe that chooses on held-out rows (`search_on: holdout` or `split: holdout`: qbert-mixed-holdout, early-exit-holdout) runs on a second
 #     teacher, TASK-holdout, fine-tuned without about a tenth of the training rows (HOLDOUT_ROWS
 #     sets how many, for a dry run).
 #   PHASE=collect: only the tar of what exists (after a call cut off by its time limit).
@@ -127,10 +127,10 @@ theseus() {  # task: BERT-of-Theseus 12 -> 6 from the teacher, constant rate 0.5
     && cp "$WORK/$task-theseus/metrics.json" "$OUT/$task-theseus-metrics.json"
 }
 failed() { echo "FAILED $1" >> "$OUT/logs/failed.txt"; }
-SEEDS=${SEEDS-distilbert-6l pkd-6l tinybert-4l minilm-6l pd-minilm-l6 theseus-6l albert-share mobilebert-progressive q8bert-qat early-exit}
+SEEDS=${SEEDS-distilbert-6l pkd-6l tinybert-4l minilm-6l pd-minilm-l6 theseus-6l albert-share mobilebert-progressive q8bert-qat early-exit early-exit-holdout}
 SEEDS_CPU=${SEEDS_CPU-q8bert-dynamic qbert-mixed qbert-mixed-holdout}   # set but empty: no CPU lane
 seed_teacher() {  # task recipe: the teacher folder (under $WORK) a seed recipe runs on
-  grep -q "on: holdout" "recipes/mpnet/$2.yaml" && echo "$1-holdout" || echo "$1"
+  grep -qE "(search_on|split): holdout" "recipes/mpnet/$2.yaml" && echo "$1-holdout" || echo "$1"
 }
 pending() {  # task recipes...: those not committed in SKIP_COMMITTED with the recipe as it is now
   local task=$1 r; shift

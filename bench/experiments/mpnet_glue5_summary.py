@@ -73,6 +73,7 @@ SEED_LABELS = {  # recipes/mpnet/NAME.yaml -> what it reproduces
     "qbert-mixed": "Q-BERT-style mixed precision (per-layer INT8/FP32)",
     "qbert-mixed-holdout": "Q-BERT-style mixed precision (per-layer INT8/FP32), teacher fine-tuned with rows held out",
     "early-exit": "early exit (entropy; patience on STS-B), INT8 segments",
+    "early-exit-holdout": "early exit calibrated on rows the teacher held out, INT8 segments with layers 6-7 FP32",
 }
 SCHEDULES = {  # what a run's distill phases say, for the randomly built students it matters to
     ("tinybert-4l", False): ", task stage only (no general distillation)",

@@ -14,7 +14,7 @@ def register(cli):
     @click.option("--set", "values", multiple=True, metavar="KEY=VALUE",
                   help="A setting, repeatable: training=two_stage|self_distill|joint, "
                        "rule=auto|entropy|patience|max_prob, layers=[1,2,3], calibrate.rows=2000, "
-                       "calibrate.on=train|holdout, calibrate.target=0.99, "
+                       "calibrate.split=train|holdout, calibrate.target=0.99, "
                        "calibrate.measure=score|agreement, epochs=2, "
                        "lr=5e-4, temperature=2, weighting=linear|uniform, cache=true, "
                        "batch_size=32, max_length=128, device=cpu, seed=42.")

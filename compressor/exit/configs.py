@@ -40,12 +40,13 @@ def _share(value, name, config=None):
 @dataclass
 class CalibrateSettings:
     """Picking the threshold: on ``rows`` training rows held out from exit training (never dev),
-    the cheapest threshold whose score keeps ``target`` of the model's own. ``on: holdout``
+    the cheapest threshold whose score keeps ``target`` of the model's own. ``split: holdout``
     draws them from the rows the teacher was fine-tuned without (``finetune --holdout``), so the
     model never learned from them either; the exits then train on every training row."""
 
     rows: int = setting(2000, check=positive)     # training rows held out for the choice
-    on: str = setting("train", choices=("train", "holdout"))   # which training rows
+    # which training rows (not "on": YAML reads an unquoted on as true)
+    split: str = setting("train", choices=("train", "holdout"))
     target: float = setting(0.99, check=_share)   # retention to meet on them
     measure: str = setting("score", choices=MEASURES)   # score (labels) or agreement (with the model's own predictions)
 

@@ -18,7 +18,7 @@ from .runtime_loader import KIND as ONNX_KIND
 def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig,
                    desc: str = "early exit", calibration_set=None):
     """Wrap the task ``model`` with exits, train them, calibrate the rule on held-out training
-    rows (``calibrate.on: holdout``: on ``calibration_set``, the rows the teacher was fine-tuned
+    rows (``calibrate.split: holdout``: on ``calibration_set``, the rows the teacher was fine-tuned
     without); return the :class:`EarlyExitModel` and the record (dev scored once, at the end)."""
     from ..device import resolve_device
     from ..train import set_seed
@@ -45,9 +45,9 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
         before = {"metrics": before, "score": task_score(dev_set.task, before)}
     net = EarlyExitModel(model, config.layers, config.dropout, tolerance=config.tolerance,
                          pooling=config.pooling)
-    if config.calibrate.on == "holdout":
+    if config.calibrate.split == "holdout":
         if calibration_set is None or not len(calibration_set):
-            raise CompressorError("calibrate.on: holdout needs the rows the teacher was fine-tuned without")
+            raise CompressorError("calibrate.split: holdout needs the rows the teacher was fine-tuned without")
         fit_set = train_set
         held = calibration_set.sample(config.calibrate.rows, config.seed)
     else:
@@ -77,7 +77,7 @@ def early_exit_stage(ctx, config: EarlyExitConfig) -> dict:
     from ..methods import model_to_model
 
     run = model_to_model(run_early_exit, "early exit")
-    held = ctx.split("holdout") if config.calibrate.on == "holdout" else None
+    held = ctx.split("holdout") if config.calibrate.split == "holdout" else None
     return run(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config, ctx.out_dir,
                ctx.meta("early_exit", config.max_length), calibration_set=held)
 
@@ -136,8 +136,8 @@ def early_exit(model: str, out: str, config=None, task: Optional[str] = None,
     exits = model_to_model(run_early_exit, "early exit")
 
     def run(path, task_spec, train_set, dev_set, config, out, meta):
-        held = holdout.held_rows(path, task_spec, data_dir, user_data, needs="calibrate.on: holdout") \
-            if config.calibrate.on == "holdout" else None
+        held = holdout.held_rows(path, task_spec, data_dir, user_data, needs="calibrate.split: holdout") \
+            if config.calibrate.split == "holdout" else None
         return exits(path, task_spec, train_set, dev_set, config, out, meta, calibration_set=held)
 
     return on_checkpoint(model, out, EarlyExitConfig, config, settings, "early_exit", run,
