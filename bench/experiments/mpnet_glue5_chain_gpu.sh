@@ -31,9 +31,9 @@
 #     SKIP_COMMITTED=bench/results/mpnet-glue5/seeds skips the pairs committed there with the
 #     recipe as it is now (bench/experiments/seed_done.py).
 #     SEED_DATA="train_limit: 64, dev_limit: 32" makes a dry run of the recipes.
-#     A recipe that chooses on held-out rows (`search_on: holdout` or `split: holdout`: qbert-mixed-holdout, early-exit-holdout) runs on a second
-#     teacher, TASK-holdout, fine-tuned without about a tenth of the training rows (HOLDOUT_ROWS
-#     sets how many, for a dry run).
+#     A recipe that chooses on held-out rows (`search_on: holdout` or `split: holdout`:
+#     qbert-mixed-holdout, early-exit-holdout) runs on a second teacher, TASK-holdout, fine-tuned
+#     without about a tenth of the training rows (HOLDOUT_ROWS sets how many, for a dry run).
 #   PHASE=collect: only the tar of what exists (after a call cut off by its time limit).
 # Steps a warm machine finished are skipped, so a later call resumes an earlier one. OUT_DIR
 # must outlive the call: not the device tool's $OUT (emptied before each call); tar OUT_DIR
