@@ -219,6 +219,7 @@ def scored_before(model_dir: str, dataset, max_length: int, device, compute):
     import hashlib
     import json
 
+    from .data.readers import hash_rows
     from .recipe.guard import digest_files
 
     folder = os.environ.get(SCORE_CACHE_ENV)
@@ -226,8 +227,7 @@ def scored_before(model_dir: str, dataset, max_length: int, device, compute):
         return compute()
     h = hashlib.sha256(f"{max_length}|{torch.device(device).type}|{dataset.task.name}".encode())
     h.update(json.dumps(digest_files(model_dir, skip=()), sort_keys=True).encode())
-    for example in dataset.examples:
-        h.update(json.dumps([list(example.texts), example.label]).encode())
+    hash_rows(h, dataset.examples)
     path = os.path.join(folder, h.hexdigest()[:32] + ".json")
     if os.path.isfile(path):
         try:

@@ -12,25 +12,19 @@ digest refuses training rows other than those it was drawn from.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import random
 from dataclasses import replace
 from typing import Optional, Tuple
 
 from ..errors import CompressorError
+from .readers import hash_rows
 
 SPLIT = "holdout (training rows the teacher did not train on)"
 
 
-def _picked(examples: int, rows: int, seed: int) -> list:
-    return sorted(random.Random(seed).sample(range(examples), rows))
-
-
-def _digest(examples) -> str:
+def _digest(dataset) -> str:
     h = hashlib.sha256()
-    for e in examples:
-        h.update(json.dumps([list(e.texts), e.label], default=str).encode())
+    hash_rows(h, dataset.examples)
     return h.hexdigest()[:20]
 
 
@@ -41,12 +35,10 @@ def draw(train_set, rows: int, seed: int):
     if not 0 < rows < n:
         raise CompressorError(f"holdout {rows}: the training split ({train_set.source}) has {n} rows; "
                               f"hold out between 1 and {n - 1}")
-    picked = set(_picked(n, rows, seed))
-    held = [e for i, e in enumerate(train_set.examples) if i in picked]
-    rest = [e for i, e in enumerate(train_set.examples) if i not in picked]
+    rest, held = train_set.partition(rows, seed, SPLIT)
     record = {"rows": rows, "seed": seed, "examples": n, "digest": _digest(held),
               "source": os.path.basename(train_set.source)}
-    return replace(train_set, examples=rest), replace(train_set, examples=held, split=SPLIT), record
+    return rest, held, record
 
 
 def split(train_set, record: dict, where: str) -> Tuple[object, object]:
@@ -56,14 +48,12 @@ def split(train_set, record: dict, where: str) -> Tuple[object, object]:
     if len(train_set) < n:
         raise CompressorError(f"{where} held out {record['rows']} of {n} training rows; "
                               f"{train_set.source} has only {len(train_set)}: load the whole split")
-    first = train_set.examples[:n]
-    picked = set(_picked(n, record["rows"], record["seed"]))
-    held = [e for i, e in enumerate(first) if i in picked]
+    first = replace(train_set, examples=train_set.examples[:n])   # the rows drawn from
+    rest, held = first.partition(record["rows"], record["seed"], SPLIT)
     if _digest(held) != record["digest"]:
         raise CompressorError(f"{where} held out rows of another training file than {train_set.source} "
                               f"(its rows' digest differs): give the data it was fine-tuned on")
-    rest = [e for i, e in enumerate(first) if i not in picked] + list(train_set.examples[n:])
-    return replace(train_set, examples=rest), replace(train_set, examples=held, split=SPLIT)
+    return replace(rest, examples=rest.examples + list(train_set.examples[n:])), held
 
 
 def record_of(path: Optional[str], hops: int = 8) -> Tuple[Optional[dict], Optional[str]]:
@@ -101,10 +91,8 @@ def training_rows(task_spec, data_dir: Optional[str], limit: Optional[int], user
 def held_rows(model: str, task_spec, data_dir: Optional[str], user_data=None, needs: str = "this"):
     """The training rows ``model`` (or the checkpoint it was made from) was fine-tuned without;
     ``needs`` names what asked for them in the error when there are none."""
-    from .userfiles import load_data
-
-    record, where = record_of(model)
-    if record is None:
+    held = training_and_held(task_spec, data_dir, None, user_data, model)[1]
+    if held is None:
         raise CompressorError(f"{needs} needs a model fine-tuned with --holdout N (or made from one): "
                               f"{model} and the checkpoints it was made from record none")
-    return split(load_data(task_spec, "train", data_dir, None, user_data), record, where)[1]
+    return held

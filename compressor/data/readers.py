@@ -63,12 +63,25 @@ class Dataset:
     def labelled(self) -> bool:
         return all(e.label is not None for e in self.examples)
 
-    def sample(self, rows: int, seed: int, split: str | None = None) -> "Dataset":
-        """``rows`` examples drawn at random (seeded; all of them when there are no more), in
-        file order, as a dataset named ``split``."""
+    def partition(self, rows: int, seed: int, split: str | None = None) -> tuple["Dataset", "Dataset"]:
+        """``(the others, drawn)``: ``rows`` examples drawn at random (seeded; all of them when
+        there are no more), in file order, as a dataset named ``split``, and the rest."""
         n = len(self.examples)
-        picked = range(n) if rows >= n else sorted(random.Random(seed).sample(range(n), rows))
-        return replace(self, examples=[self.examples[i] for i in picked], split=split or self.split)
+        picked = set(range(n)) if rows >= n else set(random.Random(seed).sample(range(n), rows))
+        drawn = [e for i, e in enumerate(self.examples) if i in picked]
+        rest = [e for i, e in enumerate(self.examples) if i not in picked]
+        return replace(self, examples=rest), replace(self, examples=drawn, split=split or self.split)
+
+    def sample(self, rows: int, seed: int, split: str | None = None) -> "Dataset":
+        """``rows`` examples drawn as :meth:`partition` draws them."""
+        return self.partition(rows, seed, split)[1]
+
+
+def hash_rows(h, examples) -> None:
+    """Feed every example's texts and label to the hash ``h`` (a slice's identity, for a cache
+    key or a record that must find the same rows again)."""
+    for e in examples:
+        h.update(json.dumps([list(e.texts), e.label], default=str).encode())
 
 
 def embedded_dir() -> str:

@@ -11,9 +11,7 @@ runs the whole model each step.
 """
 from __future__ import annotations
 
-import random
 import time
-from dataclasses import replace
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -38,11 +36,7 @@ def hold_out(train_set, rows: int, seed: int):
         raise CompressorError(f"{train_set.source}: early exit needs at least 2 training rows "
                               "(some train the exits, some pick the threshold)")
     take = min(rows, n // 2) if rows >= n else rows
-    picked = set(random.Random(seed + 7919).sample(range(n), take))
-    rest = [ex for i, ex in enumerate(train_set.examples) if i not in picked]
-    held = [ex for i, ex in enumerate(train_set.examples) if i in picked]
-    return (replace(train_set, examples=rest),
-            replace(train_set, examples=held, split="train (held out for calibration)"))
+    return train_set.partition(take, seed + 7919, "train (held out for calibration)")
 
 
 def _key(ids) -> Tuple[int, ...]:

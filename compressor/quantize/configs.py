@@ -170,7 +170,7 @@ class OrtQATConfig(HardwareSettings, GraphSettings, OrtQuantizeConfig):
 @dataclass
 class OrtMixedConfig(HardwareSettings, SearchSettings, OrtQuantizeConfig):
     """INT8 with the units the score is most sensitive to kept in FP32, within ``max_drop`` (on dev,
-    or on drawn training rows: ``search_on``)."""
+    drawn training rows or the teacher's held-out rows: ``search_on``)."""
 
     method: str = tag("mixed")
     needs_dev: ClassVar[bool] = True
