@@ -69,7 +69,13 @@ int8() {  # name: fused ONNX export, dynamic INT8 (avx512_vnni preset, as the CP
 }
 teacher() {  # task [holdout]: fine-tune where this machine has none yet (mpnet_glue5_teachers.sh's
   # settings); with holdout, a second teacher ($WORK/TASK-holdout) fine-tuned without about a tenth
-  # of the training rows (2,000 on SST-2), for the recipes that choose on rows no model learned from
+  # of the training rows (2,000 on SST-2), for the recipes that choose on rows no model learned from.
+  # One lock per teacher: a task's GPU and CPU lanes may both need TASK-holdout; the second waits
+  # for the first's and finds it made instead of fine-tuning it again into the same folder.
+  mkdir -p "$WORK"
+  ( flock 9 && fine_tune "$@" ) 9> "$WORK/.teacher-$1${2:+-$2}.lock"
+}
+fine_tune() {  # task [holdout]: teacher()'s work, under its lock
   local task=$1 name=$1 t held=()
   if [ "${2:-}" = holdout ]; then
     name=$task-holdout
