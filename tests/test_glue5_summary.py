@@ -168,3 +168,30 @@ def test_the_glue5_row_of_a_recipe_names_the_task_whose_run_chose_differently(re
 
     others = report.other_systems(json.loads((root / "summary.json").read_text()))
     assert said in next(m for m in others if m["model"] == "qbert-mixed")["label"]
+
+
+def test_a_run_on_a_teacher_with_rows_held_out_has_its_own_teacher_row(results):
+    """qbert-mixed-holdout runs on TASK-holdout (fewer training rows): its teacher is not one more
+    score of the task's teacher, and it is no recipe of its own in the GLUE-5 rows."""
+    root, teachers = results
+    for task, t in teachers.items():
+        for recipe, folder, teacher in (("qbert-mixed", f"~/glue5/{task}", t),
+                                        ("qbert-mixed-holdout", f"~/glue5/{task}-holdout", t - 1.0)):
+            os.makedirs(root / "seeds" / f"{recipe}-{task}")
+            (root / "seeds" / f"{recipe}-{task}" / "manifest.json").write_text(json.dumps({"task": task, "stages": [
+                {"stage": "teacher", "score": teacher, "model_dir": folder},
+                {"stage": "quantize", "score": teacher - 0.5,
+                 "size_bytes": 400e6 if task == "cola" and recipe.endswith("holdout") else 110e6}]}))
+    entries = summary.collect_seeds(str(root))
+    rte = {e["model"]: e for e in entries if e["task"] == "rte"}
+    assert rte["teacher"]["score"] == teachers["rte"] and "held out" not in rte["teacher"]["label"]
+    assert rte["teacher-holdout"]["score"] == teachers["rte"] - 1.0 and "held out" in rte["teacher-holdout"]["label"]
+    assert "fine-tuned again" not in rte["teacher"]["label"]        # no spread: two kinds, one score each
+    assert rte["qbert-mixed-holdout"]["teacher"] == teachers["rte"] - 1.0
+    got = summary.main(str(root))
+    assert "seeds_teacher-holdout" not in got and "seeds_teacher" not in got
+    held = got["seeds_qbert-mixed-holdout"]
+    assert held["teacher_glue5"] == pytest.approx(round(sum(teachers.values()) / 5 - 1.0, 2))
+    # the size shows what a search kept FP32 (CoLA's 400 MB here), which retention alone hides
+    assert held["mean_size_mb"] == pytest.approx(158.0) and got["seeds_qbert-mixed"]["mean_size_mb"] == 110.0
+    assert "| 158.0 |" in (root / "summary.md").read_text()

@@ -1028,7 +1028,7 @@ def seed_retention(others: List[dict]) -> List[dict]:
     run's teacher, the recipes sorted by the mean of those (best first)."""
     rows = []
     for m in others:
-        if m["run"] != "seeds" or m["model"] == "teacher":
+        if m["run"] != "seeds" or m["model"].startswith("teacher"):   # teacher, teacher-holdout
             continue
         share = {t: m["tasks"][t] / m["teacher"][t] for t in TASKS if t in m["tasks"] and m["teacher"].get(t)}
         if share:

@@ -98,7 +98,9 @@ def _search_note(run_folder: str, manifest: dict) -> str:
             if search.get("search_on", "dev") == "dev":
                 return ", FP32 layers chosen on dev (best-of-dev)"
             if search["search_on"] == "holdout":
-                return f", FP32 layers chosen on the {search.get('search_rows')} training rows it did not learn from"
+                # the count differs per task (about a tenth of its rows): not in the label, which the
+                # GLUE-5 row and the report merge tasks by; the teacher's record has it
+                return ", FP32 layers chosen on the training rows the teacher held out"
             return f", FP32 layers chosen on {search.get('search_rows')} training rows"
     return ""
 
@@ -121,32 +123,48 @@ def collect_seeds(root: str) -> list:
         recipe = name[: -len(task) - 1] if name.endswith("-" + task) else name
         first, last = manifest["stages"][0], manifest["stages"][-1]
         t = round(first["score"], 2)
-        if task not in teachers:
-            teachers[task] = {"run": "seeds", "task": task, "model": "teacher", "label": "MPNet-base teacher",
-                              "score": t, "teacher": t, "parameters": first.get("parameters"), "scores": []}
-            entries.append(teachers[task])
-        if t not in teachers[task]["scores"]:
-            teachers[task]["scores"].append(t)
+        # a teacher fine-tuned with rows held out (the GPU script's TASK-holdout folder) learned from
+        # fewer rows: its own row, not one more score of the task's teacher
+        kind = "teacher-holdout" if _held_out_teacher(first) else "teacher"
+        if (task, kind) not in teachers:
+            teachers[task, kind] = {"run": "seeds", "task": task, "model": kind, "label": TEACHER_LABELS[kind],
+                                    "score": t, "teacher": t, "parameters": first.get("parameters"), "scores": []}
+            entries.append(teachers[task, kind])
+        if t not in teachers[task, kind]["scores"]:
+            teachers[task, kind]["scores"].append(t)
         schedule = SCHEDULES.get((recipe, _had_general_stage(os.path.join(folder, name), manifest)), "")
         schedule += _search_note(os.path.join(folder, name), manifest)
         entries.append({"run": "seeds", "task": task, "model": recipe, "note": schedule,
                         "label": SEED_LABELS.get(recipe, recipe) + schedule + f" (`recipes/mpnet/{recipe}.yaml`)",
                         "score": round(last["score"], 2), "teacher": t,
                         "retention": round(last["score"] / first["score"], 6),
-                        "parameters": last.get("parameters")})
+                        "parameters": last.get("parameters"), "size_bytes": last.get("size_bytes")})
     # each device session fine-tunes its own teachers: one label (the report merges tasks' rows by
     # label) names every task's scores where they differ
     from compressor.data import get_task
 
-    spread = [f"{get_task(task).folder} " + "/".join(f"{x:.2f}" for x in sorted(row["scores"]))
-              for task, row in teachers.items() if len(row["scores"]) > 1]
+    for kind in TEACHER_LABELS:
+        spread = [f"{get_task(task).folder} " + "/".join(f"{x:.2f}" for x in sorted(row["scores"]))
+                  for (task, k), row in teachers.items() if k == kind and len(row["scores"]) > 1]
+        for (task, k), row in teachers.items():
+            if k == kind and spread:
+                row["label"] += (" (fine-tuned again in each device session, same seed: " + ", ".join(spread)
+                                 + "; each run is scored against its own)")
     for row in teachers.values():
         row.pop("scores")
-        if spread:
-            row["label"] += (" (fine-tuned again in each device session, same seed: " + ", ".join(spread)
-                             + "; each run is scored against its own)")
     order = {task: i for i, task in enumerate(TASKS)}
-    return sorted(entries, key=lambda e: (e["model"] != "teacher", order[e["task"]]))
+    return sorted(entries, key=lambda e: (e["model"] not in TEACHER_LABELS, order[e["task"]]))
+
+
+TEACHER_LABELS = {"teacher": "MPNet-base teacher",
+                  "teacher-holdout": "MPNet-base teacher fine-tuned with about a tenth of its training rows held out "
+                                     "(`compressor finetune --holdout N`; 2,000 on SST-2)"}
+
+
+def _held_out_teacher(stage: dict) -> bool:
+    """Whether a run's teacher stage is a teacher fine-tuned with rows held out: the GLUE-5 GPU script
+    names that folder TASK-holdout (mpnet_glue5_chain_gpu.sh's teacher ... holdout)."""
+    return os.path.basename(str(stage.get("model_dir") or "").rstrip("/")).endswith("-holdout")
 
 
 def _glue5_label(rows: list) -> str:
@@ -207,8 +225,11 @@ def glue5(entries, run, model) -> dict:
         return {"tasks": sorted(got)}
     score = sum(e["score"] for e in got.values()) / 5
     teacher = sum(e["teacher"] for e in got.values()) / 5
-    return {"tasks": list(TASKS), "glue5": round(score, 2), "teacher_glue5": round(teacher, 2),
-            "retention": round(score / teacher, 6)}
+    out = {"tasks": list(TASKS), "glue5": round(score, 2), "teacher_glue5": round(teacher, 2),
+           "retention": round(score / teacher, 6)}
+    if all(e.get("size_bytes") for e in got.values()):   # what a mixed search kept FP32 shows here
+        out["mean_size_mb"] = round(sum(e["size_bytes"] for e in got.values()) / 5 / 1e6, 1)
+    return out
 
 
 def main(root: str) -> dict:
@@ -232,7 +253,7 @@ def main(root: str) -> dict:
                "kd_6L_students": kd5, "pkd_6L_students_run": glue5(entries, "students", "6L-pkd"),
                **{f"{run}_{m}": glue5(entries, run, m) for run in ("pipeline3", "pipeline4")
                   for m in ("teacher", "6L-kd", "chain-hf", "chain", "chain-int8", "teacher-int8")}}
-    recipes = sorted({e["model"] for e in entries if e["run"] == "seeds" and e["model"] != "teacher"})
+    recipes = sorted({e["model"] for e in entries if e["run"] == "seeds" and e["model"] not in TEACHER_LABELS})
     seeds5 = {r: glue5(entries, "seeds", r) for r in recipes}
     for r, g in seeds5.items():   # the GLUE-5 row's label (the report's too): tasks whose run differed named
         if "glue5" in g:
@@ -251,9 +272,10 @@ def main(root: str) -> dict:
     done5 = sorted(((r, g) for r, g in seeds5.items() if "glue5" in g), key=lambda x: -x[1]["retention"])
     if done5:
         lines += ["", "GLUE-5 of the seed recipes run on all five tasks (each task against its own run's teacher):", "",
-                  "| recipe | GLUE-5 | teachers' GLUE-5 | retention |", "|---|---:|---:|---:|"]
-        lines += [f"| {g['label']} | {g['glue5']:.2f} | {g['teacher_glue5']:.2f} | {100 * g['retention']:.1f}% |"
-                  for r, g in done5]
+                  "| recipe | GLUE-5 | teachers' GLUE-5 | retention | size (MB, mean of the five) |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [f"| {g['label']} | {g['glue5']:.2f} | {g['teacher_glue5']:.2f} | {100 * g['retention']:.1f}% | "
+                  + (f"{g['mean_size_mb']:.1f} |" if g.get("mean_size_mb") else "|") for r, g in done5]
     lines += ["", "GLUE-5: " + json.dumps(summary)]
     with open(os.path.join(root, "summary.md.tmp"), "w") as f:
         f.write("\n".join(lines) + "\n")
