@@ -80,6 +80,22 @@ stages:
     assert record["search"]["search_on"] == "holdout" and record["search"]["search_rows"] == 16
     assert seen and all(s.startswith("holdout") for s in seen)     # dev never scored in the search
     assert record["split"] == "dev" and record["examples"] == 16
+    assert "coarse_rows" not in record["search"]       # max_drop 100 is coarser than a row's 6.25 points
+
+
+def test_a_tolerance_finer_than_one_search_row_is_named(glue_dir, capsys):
+    """250 rows move an accuracy in steps of 0.4 points: a 0.3 tolerance keeps a unit FP32 for one
+    changed prediction; row_step names that (the search puts it in its record, coarse_rows, and on
+    stderr); 2,000 rows (0.05 points) and a regression task do not."""
+    from compressor.data import get_task, load_data
+    from compressor.quantize.api import row_step
+
+    rte = load_data(get_task("rte"), "train", glue_dir, limit=250)
+    step = row_step(rte, 0.3)
+    assert step["row_points"] == 0.4 and "250 search rows" in step["note"]
+    assert row_step(load_data(get_task("sst2"), "train", glue_dir, limit=2000), 0.3) is None
+    assert row_step(rte, 0.5) is None
+    assert row_step(load_data(get_task("stsb"), "train", glue_dir, limit=250), 0.3) is None   # regression
 
 
 def test_distillation_from_such_a_teacher_leaves_its_rows_out(teacher, tmp_path, glue_dir, monkeypatch):
