@@ -94,10 +94,11 @@ def _ort_files(spec: Spec) -> tuple:
 
 
 def _build_ort(spec: Spec, threads: Optional[int]) -> Runner:
-    from compressor.export.runtime import Predictor
+    from compressor.export.runtime import open_graph
 
     folder, model_file = _ort_files(spec)
-    predictor = Predictor(folder, threads=threads, model_file=model_file, spinning=spec.spinning)
+    # an early-exit export runs as its segment chain, each row stopping at its exit
+    predictor = open_graph(folder, threads=threads, model_file=model_file, spinning=spec.spinning)
     return Runner(spec, predictor.encode, predictor.run, model=predictor)
 
 

@@ -34,8 +34,8 @@ def _kinds() -> tuple:
     try:  # PyTorch models the quantisation stage made (torchao, INC, FP16/BF16)
         from compressor.quantize.torch_int8 import KIND
     except ImportError:
-        return (TRAINABLE, "onnx")
-    return (TRAINABLE, "onnx", KIND)
+        return (TRAINABLE, "onnx", "early-exit-onnx")
+    return (TRAINABLE, "onnx", "early-exit-onnx", KIND)
 
 
 @register_stage("bench", BenchStageConfig, accepts=_kinds(), produces=None)

@@ -26,7 +26,19 @@ def specs_for(path: str, name: Optional[str] = None, engines: Sequence[str] = ("
 
     from compressor.export.onnx import is_export, read_manifest
 
+    from compressor.export.runtime import is_segments
+
     name = name or os.path.basename(os.path.normpath(path))
+    if is_segments(path):   # early exit: the segment chain, timed and scored as one model
+        if device != "cpu":
+            return []
+        manifest = read_manifest(path)
+        files = [os.path.join(path, seg["file"]) for seg in manifest["segments"]]
+        counts = [onnx_parameters(f) for f in files]
+        return [Spec(name, path, "onnxruntime", manifest.get("precision", "fp32"), "cpu", group, source,
+                     _first(parameters, manifest.get("parameters"),
+                            lambda: None if None in counts else sum(counts)),
+                     manifest.get("onnx_size_bytes") or sum(os.path.getsize(f) for f in files))]
     if is_export(path):
         if device != "cpu":
             return []  # this toolkit's onnxruntime runs on the CPU provider only

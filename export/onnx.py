@@ -510,9 +510,9 @@ def score_onnx(folder: str, dataset, threads: Optional[int] = None, model_file: 
     """
     from compressor.metrics import compute_metrics
 
-    from .runtime import Predictor
+    from .runtime import open_graph
 
-    predictor = Predictor(folder, threads=threads, model_file=model_file)
+    predictor = open_graph(folder, threads=threads, model_file=model_file)   # an early-exit export: its chain
     logits = predictor.logits(example_texts(dataset.examples), batch_size=1)
     preds = logits[:, 0] if dataset.task.is_regression else logits.argmax(-1)
     return compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])
@@ -535,12 +535,12 @@ def predict_file(folder: str, input: str, output: str, text_columns=None,
     from compressor.data import task_from_dict
     from compressor.scoring import read_rows_to_label, write_predictions
 
-    from .runtime import Predictor
+    from .runtime import open_graph
 
     manifest = read_manifest(folder)
     task_spec = task_from_dict(manifest["task_spec"])
     dataset = read_rows_to_label(input, task_spec, text_columns, output=output)
-    predictor = Predictor(folder, threads=threads)
+    predictor = open_graph(folder, threads=threads)
     labels = predictor.predict(example_texts(dataset.examples), batch_size=1)
     write_predictions(output, dataset.examples, labels, input=input)
     return {"input": input, "output": os.path.abspath(output), "rows": len(labels),

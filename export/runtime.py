@@ -160,6 +160,35 @@ class Predictor:
         return e / e.sum(-1, keepdims=True)
 
 
+SEGMENTS_FORMAT = "compressor-early-exit-onnx/1"   # the manifest format of an early-exit export
+
+
+def is_segments(folder: str) -> bool:
+    """Whether ``folder`` is an early-exit export: ONNX segments that one graph cannot stand for
+    (its first segment ends in the first exit, not in the model's classifier)."""
+    manifest = os.path.join(folder, "manifest.json")
+    if not os.path.isfile(manifest):
+        return False
+    with open(manifest) as f:
+        return json.load(f).get("format") == SEGMENTS_FORMAT
+
+
+def open_graph(folder: str, threads: Optional[int] = None, providers: Optional[list] = None,
+               model_file: Optional[str] = None, spinning: bool = True):
+    """What runs an export folder: the ``Predictor``, or for an early-exit export the segment chain
+    (``compressor.exit.runtime.SegmentChain``, which stops each row at its exit). Both give
+    ``encode``, ``run``, ``logits`` and ``predict``; scoring, ``predict --onnx`` and the benchmark
+    open every folder here, so an early-exit export is scored and timed as it is deployed."""
+    if is_segments(folder):
+        if model_file is not None:
+            raise ExportError(f"{folder} is an early-exit export (segments): there is no single graph "
+                              f"to swap for {model_file}")
+        from compressor.exit.runtime import SegmentChain
+
+        return SegmentChain(folder, threads=threads, providers=providers, spinning=spinning)
+    return Predictor(folder, threads=threads, providers=providers, model_file=model_file, spinning=spinning)
+
+
 def _flat(text: Text) -> str:
     return text if isinstance(text, str) else " ".join(text)
 
@@ -187,7 +216,7 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args(argv)
     try:
-        predictor = Predictor(args.folder, threads=args.threads)
+        predictor = open_graph(args.folder, threads=args.threads)
     except (ValueError, ExportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -248,6 +248,26 @@ def test_the_checkpoint_reloads_and_the_onnx_segments_give_the_pytorch_predictio
     # kind early-exit-onnx scores through the loader like any export
     net, tok = load_for_task(str(tmp_path / "seg"), pytorch=False)
     assert tok.pad_token_id == chain.pad_id and net.config.num_labels == 2
+    # the one ONNX scorer, predict --onnx and the benchmark run the chain, not segment 0 alone
+    # (whose first output is the hidden states and whose logits are the first exit's)
+    from bench.harness import build
+    from bench.suite import specs_for
+    from compressor.export.onnx import predict_file, score_onnx
+    from compressor.export.runtime import open_graph
+    from compressor.metrics import compute_metrics
+
+    assert isinstance(open_graph(str(tmp_path / "seg")), SegmentChain)
+    labels = [ex.label for ex in dev.examples]
+    assert score_onnx(str(tmp_path / "seg"), dev) == compute_metrics(dev.task, one.argmax(-1), labels)
+    rows = tmp_path / "rows.tsv"
+    rows.write_text("sentence\n" + "\n".join(texts) + "\n")
+    predict_file(str(tmp_path / "seg"), str(rows), str(tmp_path / "labels.tsv"))
+    got = [line.split("\t")[1] for line in (tmp_path / "labels.tsv").read_text().splitlines()[1:]]
+    assert got == chain.predict(texts, batch_size=1)
+    spec, = specs_for(str(tmp_path / "seg"))
+    assert spec.engine == "onnxruntime" and spec.size_bytes == manifest["onnx_size_bytes"]
+    runner = build(spec, threads=1)
+    np.testing.assert_allclose(runner.run(runner.encode([texts[0]])), one[:1], atol=1e-5)
     # INT8 segments export and run
     int8 = export_exits(out, str(tmp_path / "seg8"), {"int8": True, "parity_rows": 8},
                         data_dir=glue_dir, dev_limit=8)
@@ -320,11 +340,19 @@ device: cpu
 stages:
   - early_exit: {{epochs: 1, batch_size: 16, max_length: 32, rule: max_prob, calibrate: {{rows: 16}}}}
   - early_exit_export: {{parity_rows: 8, fp32_units: [layer.0]}}
+  - bench: {{sentences: 4, warmup: 1, batch_sizes: [4], throughput_batches: 1, memory: false, peers: []}}
 """)
     assert validate_recipe(str(recipe)) == []
     out = tmp_path / "run"
     manifest = run_recipe(str(recipe), str(out), data_dir=glue_dir, log=lambda m: None)
-    assert [s["kind"] for s in manifest["stages"][1:]] == ["early-exit", "early-exit-onnx"]
+    assert [s["kind"] for s in manifest["stages"][1:3]] == ["early-exit", "early-exit-onnx"]
+    # the bench stage times the segment chain beside the teacher and scores it as its stage did
+    rows = json.load(open(out / "03-bench" / "results.json"))["rows"]
+    chain = [r for r in rows if r["name"].startswith("02-early_exit_export") and r.get("batch_size") == 1]
+    assert chain and chain[0]["engine"] == "onnxruntime" and chain[0]["latency_ms"]["p50"] > 0
+    export_score = json.load(open(out / "02-early_exit_export" / "record.json"))["score"]
+    assert chain[0]["value"] == pytest.approx(export_score)
+    capsys.readouterr()   # the bench's progress lines
     record = json.load(open(out / "02-early_exit_export" / "record.json"))
     assert record["examples"] == 16 and sum(record["exit_histogram"].values()) == 16
     assert os.path.isfile(out / "02-early_exit_export" / "segment-1.onnx")

@@ -21,11 +21,10 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from compressor.export.runtime import SEGMENTS_FORMAT as FORMAT
 from compressor.export.runtime import ExportError, Predictor
 
 from .rules import RuleState, check_rule
-
-FORMAT = "compressor-early-exit-onnx/1"
 
 
 class SegmentChain:
@@ -35,15 +34,15 @@ class SegmentChain:
     """
 
     def __init__(self, folder: str, threads: Optional[int] = None, providers: Optional[list] = None,
-                 rule: Optional[str] = None, threshold: Optional[float] = None):
-        self.predictor = Predictor(folder, threads=threads, providers=providers)
+                 rule: Optional[str] = None, threshold: Optional[float] = None, spinning: bool = True):
+        self.predictor = Predictor(folder, threads=threads, providers=providers, spinning=spinning)
         self.manifest = self.predictor.manifest
         if self.manifest.get("format") != FORMAT:
             raise ExportError(f"{folder} is not an early-exit export (its manifest's format is "
                               f"{self.manifest.get('format')!r}, not {FORMAT})")
         self.segments = self.manifest["segments"]
         self.sessions = [self.predictor.session] + [
-            Predictor._session(os.path.join(folder, seg["file"]), threads, providers)
+            Predictor._session(os.path.join(folder, seg["file"]), threads, providers, spinning)
             for seg in self.segments[1:]]
         self.exits = [seg["exit_layer"] for seg in self.segments]
         self.labels, self.regression = self.predictor.labels, self.predictor.regression
