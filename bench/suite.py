@@ -25,7 +25,6 @@ def specs_for(path: str, name: Optional[str] = None, engines: Sequence[str] = ("
     from compressor.models import count_parameters, load_for_task, resolve_model, size_on_disk
 
     from compressor.export.onnx import is_export, read_manifest
-
     from compressor.export.runtime import is_segments
 
     name = name or os.path.basename(os.path.normpath(path))
