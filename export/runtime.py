@@ -178,14 +178,15 @@ def open_graph(folder: str, threads: Optional[int] = None, providers: Optional[l
     """What runs an export folder: the ``Predictor``, or for an early-exit export the segment chain
     (``compressor.exit.runtime.SegmentChain``, which stops each row at its exit). Both give
     ``encode``, ``run``, ``logits`` and ``predict``; scoring, ``predict --onnx`` and the benchmark
-    open every folder here, so an early-exit export is scored and timed as it is deployed."""
+    open every folder here, so an early-exit export is scored and timed as it is deployed.
+    ``spinning`` is the ``Predictor``'s; a chain's sessions never spin."""
     if is_segments(folder):
         if model_file is not None:
             raise ExportError(f"{folder} is an early-exit export (segments): there is no single graph "
                               f"to swap for {model_file}")
         from compressor.exit.runtime import SegmentChain
 
-        return SegmentChain(folder, threads=threads, providers=providers, spinning=spinning)
+        return SegmentChain(folder, threads=threads, providers=providers)   # never spins: see there
     return Predictor(folder, threads=threads, providers=providers, model_file=model_file, spinning=spinning)
 
 

@@ -256,7 +256,11 @@ def test_the_checkpoint_reloads_and_the_onnx_segments_give_the_pytorch_predictio
     from compressor.export.runtime import open_graph
     from compressor.metrics import compute_metrics
 
-    assert isinstance(open_graph(str(tmp_path / "seg")), SegmentChain)
+    opened = open_graph(str(tmp_path / "seg"), spinning=True)
+    assert isinstance(opened, SegmentChain)
+    # sessions run back to back: an idle one spinning would take the next one's cores
+    assert all(sess.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+               for sess in opened.sessions)
     labels = [ex.label for ex in dev.examples]
     assert score_onnx(str(tmp_path / "seg"), dev) == compute_metrics(dev.task, one.argmax(-1), labels)
     rows = tmp_path / "rows.tsv"
