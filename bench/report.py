@@ -116,7 +116,7 @@ def variants(rows: Sequence[dict], threads: Optional[int] = None) -> Dict[str, o
     for r in timed:
         if r.get("threads") == threads:
             lines[r["name"]] = {**r, "p50": r["latency_ms"]["p50"], "p90": r["latency_ms"]["p90"],
-                                "p99": r["latency_ms"].get("p99")}
+                                "p99": r["latency_ms"].get("p99"), "mean": r["latency_ms"].get("mean")}
     for r in rows:
         if r.get("throughput") and r["name"] in lines and r.get("threads") == threads:
             best = lines[r["name"]].get("throughput_best")
@@ -293,15 +293,16 @@ def _speed_table(view: dict) -> List[str]:
     """One thread count's table of every variant, and the peers line."""
     t = view["threads"]
     lines = ["| variant | group | engine | precision | parameters | size (MB) | score | retention "
-             "| p50 (ms) | p90 (ms) | vs teacher | vs best peer | throughput (sent/s @ batch) "
+             "| p50 (ms) | p90 (ms) | mean (ms) | vs teacher | vs best peer | throughput (sent/s @ batch) "
              "| peak RSS (MB) | Pareto |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"]
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"]
     for v in view["lines"]:
         tp = v.get("throughput_best")
         lines.append(
             f"| {v['name']} | {_group(v)} | {v.get('engine', '')} | {(v.get('extra') or {}).get('precision', '')} "
             f"| {_int(v.get('parameters'))} | {_mb(v.get('size_bytes'))} | {_num(v.get('value'))} "
-            f"| {_pct(v.get('retention'))} | {v['p50']:.2f} | {v['p90']:.2f} | {_x(v['speedup_teacher'])} "
+            f"| {_pct(v.get('retention'))} | {v['p50']:.2f} | {v['p90']:.2f} | {_num(v.get('mean'))} "
+            f"| {_x(v['speedup_teacher'])} "
             f"| {_x(v['speedup_best_peer'])} | {f'{tp[1]:.0f} @ {tp[0]}' if tp else ''} "
             f"| {_num((v.get('extra') or {}).get('peak_rss_mb'), 0)} | {'yes' if v['pareto'] else ''} |")
     peers = [v for v in view["lines"] if _group(v) == "peer"]

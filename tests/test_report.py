@@ -14,7 +14,7 @@ from compressor.results import REQUIRED, row, write_results
 def _timed(name, group, p50, value, teacher=90.0, threads=1, engine="onnxruntime"):
     return row(name, "sst2", "accuracy", value, teacher, parameters=1000, size_bytes=4_000_000,
                engine=engine, device="cpu", threads=threads, batch_size=1,
-               latency_ms={"p50": p50, "p90": p50 * 1.3, "p99": p50 * 1.6},
+               latency_ms={"p50": p50, "p90": p50 * 1.3, "p99": p50 * 1.6, "mean": p50 * 1.1},
                extra={"group": group, "precision": "fp32"})
 
 
@@ -60,6 +60,8 @@ def test_markdown_html_and_plot(results_file, tmp_path):
     assert res.exit_code == 0, res.output
     md = open(tmp_path / "rep" / "report.md").read()
     assert "| student-3L | ours | onnxruntime | fp32 | 1,000 | 4.0 | 88.00 | 97.8% | 6.00 |" in md
+    # the mean beside the percentiles: early exit's p50 hides the rows that run every layer
+    assert "| p50 (ms) | p90 (ms) | mean (ms) |" in md and "| 6.00 | 7.80 | 6.60 |" in md
     assert "| slow-and-bad |" in md and re.search(r"\| slow-and-bad \|.*\|  \|$", md, re.M)  # not on the frontier
     assert "**Peers**" in md and "ORT FP32 10.0 ms (2.00x)" in md and "`compressor bench fixture`" in md
     html = open(tmp_path / "rep" / "report.html").read()
