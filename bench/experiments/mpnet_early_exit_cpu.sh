@@ -9,29 +9,34 @@
 # without exits and optimum's O2 + INT8, each in its own process, in rounds, at batch 1 over 300
 # dev sentences, 1 and 2 threads; every variant scored on all of CoLA's dev.
 #   MPNET=/tmp/mpnet-base GLUE_DIR=../shared/glue_data flock -x /tmp/cpu.lock bash bench/experiments/mpnet_early_exit_cpu.sh
+# TASK=stsb (the GPU script's held-out rows and batch size for it: 600, 16) runs another task;
+# the bench is then named bench-TASK-cpu.json and the records go to run-TASK/ (CoLA's: run/).
 set -euo pipefail
 : "${MPNET:?MPNET=the MPNet-base folder (../shared/tools/get-mpnet-teacher.sh)}" "${GLUE_DIR:?}"
-W=${WORK:-runs/mpnet-cpu} OUT=${OUT:-bench/results/mpnet-glue5/early-exit-cpu}
+W=${WORK:-runs/mpnet-cpu} OUT=${OUT:-bench/results/mpnet-glue5/early-exit-cpu} T=${TASK:-cola}
+case $T in sst2) held=2000 bs=32;; mrpc) held=400 bs=16;; stsb) held=600 bs=16;; rte) held=250 bs=16;; cola) held=850 bs=32;;
+  *) echo "TASK is one of sst2 mrpc stsb rte cola" >&2; exit 2;; esac
+rec=run; [ $T = cola ] || rec=run-$T
 C=(.venv/bin/compressor)
 mkdir -p "$W" "$OUT"
 run() { echo "$*" | sed "s|$HOME/|~/|g" >> "$OUT/commands.txt"; "$@"; }
-[ -f "$W/cola-holdout/metrics.json" ] || run "${C[@]}" finetune --model "$MPNET" --task cola --data-dir "$GLUE_DIR" \
-  --out "$W/cola-holdout" --epochs 1 --batch-size 32 --lr 4e-5 --max-length 128 --warmup 0.06 \
-  --eval-every 1000000 --seed 42 --device cpu --holdout 850 --overwrite
-[ -f "$W/ee-cola/manifest.json" ] && grep -q early_exit_export "$W/ee-cola/manifest.json" || \
-  run "${C[@]}" run recipes/mpnet/early-exit-holdout.yaml --task cola --teacher "$W/cola-holdout" \
-    --data-dir "$GLUE_DIR" --device cpu --out "$W/ee-cola"
-[ -f "$W/cola-holdout-onnx/manifest.json" ] || run "${C[@]}" export "$W/cola-holdout" --out "$W/cola-holdout-onnx" \
+[ -f "$W/$T-holdout/metrics.json" ] || run "${C[@]}" finetune --model "$MPNET" --task $T --data-dir "$GLUE_DIR" \
+  --out "$W/$T-holdout" --epochs 1 --batch-size $bs --lr 4e-5 --max-length 128 --warmup 0.06 \
+  --eval-every 1000000 --seed 42 --device cpu --holdout $held --overwrite
+[ -f "$W/ee-$T/manifest.json" ] && grep -q early_exit_export "$W/ee-$T/manifest.json" || \
+  run "${C[@]}" run recipes/mpnet/early-exit-holdout.yaml --task $T --teacher "$W/$T-holdout" \
+    --data-dir "$GLUE_DIR" --device cpu --out "$W/ee-$T"
+[ -f "$W/$T-holdout-onnx/manifest.json" ] || run "${C[@]}" export "$W/$T-holdout" --out "$W/$T-holdout-onnx" \
   --data-dir "$GLUE_DIR" --overwrite
-[ -f "$W/cola-holdout-int8/quantize.json" ] || run "${C[@]}" quantize "$W/cola-holdout-onnx" --out "$W/cola-holdout-int8" \
+[ -f "$W/$T-holdout-int8/quantize.json" ] || run "${C[@]}" quantize "$W/$T-holdout-onnx" --out "$W/$T-holdout-int8" \
   --data-dir "$GLUE_DIR" --overwrite
-run "${C[@]}" bench "teacher-int8=$W/cola-holdout-int8" "early-exit-int8=$W/ee-cola/02-early_exit_export" \
-  --teacher "$W/cola-holdout" --task cola --data-dir "$GLUE_DIR" --peers ort-o2-int8 --threads 1,2 \
-  --sentences 300 --batch-sizes none --no-memory --work-dir "$W/peers" --out "$OUT/bench-cola-cpu.json"
+run "${C[@]}" bench "teacher-int8=$W/$T-holdout-int8" "early-exit-int8=$W/ee-$T/02-early_exit_export" \
+  --teacher "$W/$T-holdout" --task $T --data-dir "$GLUE_DIR" --peers ort-o2-int8 --threads 1,2 \
+  --sentences 300 --batch-sizes none --no-memory --work-dir "$W/peers-$T" --out "$OUT/bench-$T-cpu.json"
 # the records (no weights): the teacher's, the recipe run's manifest, report and stage records
-cp "$W/cola-holdout/metrics.json" "$OUT/teacher-cola-holdout-metrics.json"
-run_out=$(realpath "$OUT")/run
-mkdir -p "$run_out" && ( cd "$W/ee-cola" && find . -maxdepth 2 \( -name '*.json' -o -name '*.md' \) \
+cp "$W/$T-holdout/metrics.json" "$OUT/teacher-$T-holdout-metrics.json"
+run_out=$(realpath "$OUT")/$rec
+mkdir -p "$run_out" && ( cd "$W/ee-$T" && find . -maxdepth 2 \( -name '*.json' -o -name '*.md' \) \
   -not -name 'tokenizer*' -not -name 'special_tokens_map.json' -print0 | xargs -0 cp --parents -t "$run_out" )
 find "$OUT" -type f -name '*.json' -print0 | xargs -0 sed -i -e "s|$PWD/||g" -e "s|$HOME/|~/|g"
-echo "results: $OUT/bench-cola-cpu.json"
+echo "results: $OUT/bench-$T-cpu.json"
