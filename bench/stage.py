@@ -31,11 +31,13 @@ class BenchStageConfig:
 
 
 def _kinds() -> tuple:
+    from compressor.exit.runtime_loader import KIND as EXIT_ONNX   # early exit's segment chains
+
     try:  # PyTorch models the quantisation stage made (torchao, INC, FP16/BF16)
         from compressor.quantize.torch_int8 import KIND
     except ImportError:
-        return (TRAINABLE, "onnx", "early-exit-onnx")
-    return (TRAINABLE, "onnx", "early-exit-onnx", KIND)
+        return (TRAINABLE, "onnx", EXIT_ONNX)
+    return (TRAINABLE, "onnx", EXIT_ONNX, KIND)
 
 
 @register_stage("bench", BenchStageConfig, accepts=_kinds(), produces=None)

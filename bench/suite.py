@@ -33,10 +33,13 @@ def specs_for(path: str, name: Optional[str] = None, engines: Sequence[str] = ("
             return []
         manifest = read_manifest(path)
         files = [os.path.join(path, seg["file"]) for seg in manifest["segments"]]
-        counts = [onnx_parameters(f) for f in files]
+
+        def counted():   # read the graphs only when no count was given
+            counts = [onnx_parameters(f) for f in files]
+            return None if None in counts else sum(counts)
+
         return [Spec(name, path, "onnxruntime", manifest.get("precision", "fp32"), "cpu", group, source,
-                     _first(parameters, manifest.get("parameters"),
-                            lambda: None if None in counts else sum(counts)),
+                     _first(parameters, manifest.get("parameters"), counted),
                      manifest.get("onnx_size_bytes") or sum(os.path.getsize(f) for f in files))]
     if is_export(path):
         if device != "cpu":
