@@ -194,6 +194,29 @@ def test_a_missing_task_gives_no_glue5_and_says_so(folder, tmp_path):
     assert "Not computed: missing cola on this machine." in md
 
 
+def test_tasks_benched_on_different_gpus_are_two_machines_and_never_averaged(folder, tmp_path):
+    # every task on the GPU, four on one GPU model and one on another: two GPU machines, no GLUE-5
+    for task in TEACHER:
+        write_results(str(folder / "server" / f"bench-{task}-gpu.json"), _gpu(task), command="gpu",
+                      fingerprint_info={**FP, "gpu": "Other GPU" if task == "sst2" else "Planted GPU"})
+    _, rep, md = _run(folder, tmp_path / "out")
+    gpus = [m for m in rep["machines"] if m["source"] == "gpu"]
+    assert [(m["key"], m["gpu"], sorted(m["tasks"])) for m in gpus] == [
+        ("gpu-other-gpu", "Other GPU", ["sst2"]),
+        ("gpu-planted-gpu", "Planted GPU", ["cola", "mrpc", "rte", "stsb"])]
+    assert all(m["glue5"]["missing_tasks"] for m in gpus)
+    rows = {(r["task"], r["gpu"], r["precision"]) for r in rep["gpu_throughput"]}
+    assert ("sst2", "Other GPU", "fp32") in rows and ("rte", "Planted GPU", "bf16") in rows
+    assert not any(r["task"] == "GLUE-5" for r in rep["gpu_throughput"])
+    assert "### GPU (Other GPU), FP32 and BF16" in md and "| sst2 | Other GPU | fp32 | 256 |" in md
+    # all five on one GPU model: one machine, and its GLUE-5 ratio
+    write_results(str(folder / "server" / "bench-sst2-gpu.json"), _gpu("sst2"), command="gpu",
+                  fingerprint_info={**FP, "gpu": "Planted GPU"})
+    _, rep, _ = _run(folder, tmp_path / "out2")
+    assert [m["key"] for m in rep["machines"] if m["source"] == "gpu"] == ["gpu"]
+    assert ("GLUE-5", "fp32") in {(r["task"], r["precision"]) for r in rep["gpu_throughput"]}
+
+
 def test_the_same_inputs_give_the_same_report_json(folder):
     report.main([str(folder)])
     first = open(folder / "report.json", "rb").read()

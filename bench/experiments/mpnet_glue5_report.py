@@ -10,7 +10,8 @@ computes nothing in their place):
   all cores and 1 thread, the trained teacher, its peers (pytorch-int8, ort-o2, ort-o2-int8,
   inc-int8) and ours (teacher-int8, chain-int8, student-6L), each scored on the task's dev split;
 - ``server/bench-{task}-gpu.json``: the same machine's GPU, FP32 and BF16, batch 1 and a large
-  batch (student-6L, chain and the teacher);
+  batch (student-6L, chain and the teacher); one machine per GPU model in the fingerprints, so
+  tasks benched on different GPUs are never averaged into one GLUE-5;
 - ``latency-{task}-cpu.json``: the 2-core machine (the edge CPU), 1 and 2 threads, timed on
   randomly initialised copies with the trained models' exact shapes
   (``bench/experiments/mpnet_glue5_latency.py``): their ``value`` is null, and each variant's score
@@ -216,8 +217,12 @@ def machines(docs: Dict[str, Dict[str, dict]]) -> List[dict]:
     for source, _, what in SOURCES:
         if not docs[source]:
             continue
-        if source == "gpu":
-            out.append({"key": "gpu", "source": source, "threads": None, "title": "GPU, FP32 and BF16"})
+        if source == "gpu":   # one machine per GPU model: tasks benched on different GPUs are not averaged
+            names = sorted({gpu_name(d) for d in docs[source].values()})
+            for name in names:
+                out.append({"key": "gpu" if len(names) == 1 else "gpu-" + re.sub(r"[^a-z0-9]+", "-", name.lower()),
+                            "source": source, "threads": None, "title": f"GPU ({name}), FP32 and BF16",
+                            "gpu": name, "only": [t for t, d in docs[source].items() if gpu_name(d) == name]})
             continue
         counts = sorted({r["threads"] for d in docs[source].values() for r in d["rows"] if r.get("threads")},
                         reverse=source == "server-cpu")
@@ -226,6 +231,12 @@ def machines(docs: Dict[str, Dict[str, dict]]) -> List[dict]:
             title = f"{what}, {t} thread{'s' if t != 1 else ''}" + (" (all cores)" if t == cores and t > 1 else "")
             out.append({"key": f"{source}-{t}t", "source": source, "threads": t, "title": title})
     return out
+
+
+def gpu_name(doc: dict) -> str:
+    """The GPU a bench ran on, from its fingerprint."""
+    fp = doc.get("fingerprint") or {}
+    return fp.get("gpu") or (fp.get("versions") or {}).get("gpu") or "GPU not recorded"
 
 
 def variant_key(r: dict) -> Key:
@@ -663,11 +674,11 @@ def build(folder: str) -> dict:
     for m in machines(docs):
         server = docs["server-cpu"]
         per_task = {task: task_lines(doc, m, server.get(task), pipeline, task)
-                    for task, doc in docs[m["source"]].items()}
+                    for task, doc in docs[m["source"]].items() if task in m.get("only", TASKS)}
         g5 = glue5(per_task)
         report["machines"].append({**m, "tasks": {t: per_task[t] for t in TASKS if t in per_task}, "glue5": g5})
         if m["source"] == "gpu":
-            report["gpu_throughput"] = gpu_throughput(per_task, g5)
+            report["gpu_throughput"] += [{**r, "gpu": m["gpu"]} for r in gpu_throughput(per_task, g5)]
         else:
             report["targets"] += targets(m, g5)
     report["targets"] += pipeline_targets(report["pipeline"], report["targets"], runs)
@@ -873,11 +884,12 @@ def _gpu_section(report: dict) -> List[str]:
     rows = report["gpu_throughput"]
     if not rows:
         return out + [f"Not computed: no GPU throughput of both the teacher and `{GPU_CHAIN}`.", ""]
-    out += ["| task | precision | batch | teacher (sent/s) | chain (sent/s) | chain / teacher |",
-            "|---|---|---:|---:|---:|---:|"]
-    out += [f"| {r['task']} | {r['precision']} | {r['batch_size']} | {r['teacher']:.1f} | {r['chain']:.1f} "
-            f"| {_x(r['ratio'])} |" for r in rows]
-    return out + ["", "GLUE-5: the ratio of the five tasks' mean throughputs. A GPU bench times and scores the "
+    out += ["| task | GPU | precision | batch | teacher (sent/s) | chain (sent/s) | chain / teacher |",
+            "|---|---|---|---:|---:|---:|---:|"]
+    out += [f"| {r['task']} | {r['gpu']} | {r['precision']} | {r['batch_size']} | {r['teacher']:.1f} "
+            f"| {r['chain']:.1f} | {_x(r['ratio'])} |" for r in rows]
+    return out + ["", "GLUE-5: the ratio of the five tasks' mean throughputs, only where one GPU model measured all "
+                      "five (tasks benched on different GPUs are never averaged). A GPU bench times and scores the "
                       "models of the run on the machine it ran on (its own scores, `server/bench-{task}-gpu.json`), "
                       "which may be an earlier run than the pipeline table's.", ""]
 

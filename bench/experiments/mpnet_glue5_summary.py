@@ -23,7 +23,12 @@ exactly what pipeline4's (MRPC, CoLA) and pipeline3's (STS-B) scored, so seeded 
 same GPU kind repeats itself; the students and chains move by up to half a point.
 ``pipeline6/`` is SST-2 on an H100 (the first SST-2 chain with its INT8 score, beside SST-2's
 server-CPU bench); ``pipeline6/stsb-h100-cut/`` is an STS-B run on that machine cut off before
-its chain's INT8 (another machine's rerun).
+its chain's INT8 (another machine's rerun). ``pipeline7/`` is the pipeline on all tasks but
+CoLA, on two H200 machines of one session (MRPC and STS-B on the first, SST-2 and RTE on the
+second), each beside the server-CPU bench of its tasks: one kind of server host for the
+benches of all five tasks (CoLA's from pipeline5's machine). The MRPC and RTE teachers score
+again what pipeline5's and pipeline4's scored; STS-B's and SST-2's moved (88.79 against
+88.73; 93.81, as the seeds' sixth session's SST-2 teacher, against pipeline4's 93.69).
 ``seeds/`` is ``PHASE=seeds``: every seed system's committed recipe (``recipes/mpnet/``) run by
 ``compressor run`` on each task's teacher fine-tuned on that machine (an H200 in each of four
 device sessions; the fourth added SST-2; cut off by the device time, so some recipes ran on
@@ -55,6 +60,7 @@ RUNS = (  # (label, folder under the results root, the models each task may have
     ("pipeline5", "pipeline5", MODELS),
     ("pipeline6", "pipeline6", MODELS),
     ("pipeline6 STS-B (H100, cut off)", os.path.join("pipeline6", "stsb-h100-cut"), MODELS),
+    ("pipeline7", "pipeline7", MODELS),
     ("earlier session", os.path.join("..", "mpnet-glue5-h100"), (("6L", MODELS[0][1] + ", 2-5 epochs"),)),
 )
 
