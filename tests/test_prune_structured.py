@@ -108,6 +108,23 @@ def test_selection_global_keeps_a_minimum_and_layer_scope_cuts_each_layer():
     assert _targets([4, 4, 4], 0.5, 2, 2, "global", [3, 3, 3]) == (3, None)
 
 
+def test_align_rounds_each_layer_to_a_multiple_keeping_the_best_units():
+    from compressor.prune.structured import align
+
+    scores = [np.arange(20, dtype=float), np.arange(20, dtype=float)[::-1].copy()]
+    keep = [list(range(9, 20)), list(range(0, 13))]          # 11 and 13 kept
+    out = align(keep, scores, 8, minimum=4)
+    assert [len(k) for k in out] == [8, 16]
+    assert out[0] == list(range(12, 20))                      # the lowest-scored kept ones went
+    assert out[1] == list(range(0, 16))                       # the best dropped ones came back
+    assert align([[0, 1, 2]], [np.ones(20)], 8, minimum=4) == [list(range(8))]   # never below the minimum
+    assert [len(k) for k in align([list(range(18))], [np.ones(18)], 8, 1)] == [16]
+    assert [len(k) for k in align([list(range(15))], [np.ones(18)], 8, 1)] == [16]
+    assert [len(k) for k in align([list(range(17))], [np.ones(17)], 16, 1)] == [16]
+    assert [len(k) for k in align([list(range(7))], [np.ones(7)], 8, 1)] == [7]   # capped at the width
+    assert align(keep, scores, 1, 4) == keep
+
+
 @pytest.fixture(scope="module")
 def sst2_model(tmp_path_factory, minilm_dir):
     return save_sst2_classifier(tmp_path_factory.mktemp("prune") / "model", minilm_dir)
@@ -143,6 +160,17 @@ def test_prune_api_writes_a_smaller_checkpoint_that_reloads_identically(tmp_path
     np.testing.assert_array_equal(a, b)
     assert record["metrics"]["accuracy"] == pytest.approx(
         float((a.argmax(1) == np.array([e.label for e in dev.examples])).mean()))
+
+
+def test_ffn_multiple_gives_widths_a_multiple_of_it(tmp_path, sst2_model, glue_dir):
+    from compressor.prune.stage import prune
+
+    record = prune(sst2_model, str(tmp_path / "aligned"),
+                   {"method": "structured", "heads": 0, "ffn": 0.3, "ffn_multiple": 16, "min_ffn": 8,
+                    "importance_rows": 32, "recover": {"mode": "none"}},
+                   data_dir=glue_dir, train_limit=32, dev_limit=16)
+    after = record["pruning"]["ffn_after"]
+    assert all(w % 16 == 0 for w in after) and sum(after) < sum(record["pruning"]["ffn_before"]), after
 
 
 def test_prune_command_and_its_mistakes(tmp_path, capsys, sst2_model, glue_dir):

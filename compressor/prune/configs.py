@@ -112,6 +112,7 @@ class StructuredPruneConfig(PruneConfig):
     iterations: int = setting(1, check=positive)    # prune in this many equal steps, recovering after each
     min_heads: int = setting(1, check=positive)     # heads every layer keeps
     min_ffn: int = setting(32, check=positive)      # FFN neurons every layer keeps
+    ffn_multiple: int = setting(1, check=positive)  # each layer's kept FFN width rounded to a multiple of this
 
 
 @variant

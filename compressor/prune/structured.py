@@ -13,7 +13,8 @@ Importance
 
 Selection ranks units over the whole model (``scope: global``) or removes the same share
 from each layer (``layer``), and always leaves ``min_heads`` heads and ``min_ffn`` neurons
-in a layer. ``iterations`` > 1 removes the share in equal steps, scoring again and
+in a layer; ``ffn_multiple`` then rounds each layer's FFN width to a multiple of it (the
+best-scored neurons kept), for kernels that prefer such widths. ``iterations`` > 1 removes the share in equal steps, scoring again and
 recovering after each. Removal goes through :func:`compressor.shapes.resize_layers`: the
 projections shrink per layer and the attention runs on the heads left (MPNet's shared
 relative-position bias is sliced per layer there).
@@ -171,6 +172,28 @@ def select(scores: Sequence[np.ndarray], remove: int, scope: str, minimum: int,
     return [[j for j in k if j not in d] for k, d in zip(keep, dropped)]
 
 
+def align(keep: List[List[int]], scores: Sequence[np.ndarray], multiple: int, minimum: int) -> List[List[int]]:
+    """Each layer's kept units rounded to the nearest multiple of ``multiple`` (at least the smallest
+    multiple not below ``minimum``, at most the layer's current width): the lowest-scored kept
+    units go, or the highest-scored dropped ones come back. Matrix kernels (GPU tensor cores, INT8
+    GEMMs) run best on widths that are multiples of 8, 16 or 64; selection alone gives any width."""
+    if multiple <= 1:
+        return keep
+    out = []
+    for kept, s in zip(keep, scores):
+        width = len(s)
+        floor = -(-minimum // multiple) * multiple
+        target = min(width, max(floor, int(round(len(kept) / multiple)) * multiple))
+        order = np.argsort(-np.asarray(s), kind="stable").tolist()   # highest score first
+        kept_set = set(kept)
+        if target < len(kept):
+            chosen = [j for j in order if j in kept_set][:target]
+        else:
+            chosen = kept + [j for j in order if j not in kept_set][:target - len(kept)]
+        out.append(sorted(chosen))
+    return out
+
+
 def _targets(original: Sequence[int], fraction: float, step: int, steps: int, scope: str,
              now: Sequence[int]):
     """How many units go in this step (in all, and per layer), so that after step ``step``
@@ -207,6 +230,8 @@ def prune_structured(job, config: StructuredPruneConfig) -> dict:
             remove, per_layer = _targets(original[unit], fraction, step, config.iterations,
                                          config.scope, now[unit])
             keep[unit] = select(scores[unit], remove, config.scope, minimum, per_layer)
+            if unit == "ffn":
+                keep[unit] = align(keep[unit], scores[unit], config.ffn_multiple, minimum)
         resize_layers(model, heads=keep["heads"], ffn=keep["ffn"])
         shape = shape_of(model)
         entry = {"step": step, "heads": shape["heads"], "ffn": shape["ffn"],
