@@ -14,10 +14,10 @@ Importance
 Selection ranks units over the whole model (``scope: global``) or removes the same share
 from each layer (``layer``), and always leaves ``min_heads`` heads and ``min_ffn`` neurons
 in a layer; ``ffn_multiple`` then rounds each layer's FFN width to a multiple of it (the
-best-scored neurons kept), for kernels that prefer such widths. ``iterations`` > 1 removes the share in equal steps, scoring again and
-recovering after each. Removal goes through :func:`compressor.shapes.resize_layers`: the
-projections shrink per layer and the attention runs on the heads left (MPNet's shared
-relative-position bias is sliced per layer there).
+best-scored neurons kept), for kernels that prefer such widths. ``iterations`` > 1 removes
+the share in equal steps, scoring again and recovering after each. Removal goes through
+:func:`compressor.shapes.resize_layers`: the projections shrink per layer and the attention
+runs on the heads left (MPNet's shared relative-position bias is sliced per layer there).
 """
 from __future__ import annotations
 
@@ -175,8 +175,9 @@ def select(scores: Sequence[np.ndarray], remove: int, scope: str, minimum: int,
 def align(keep: List[List[int]], scores: Sequence[np.ndarray], multiple: int, minimum: int) -> List[List[int]]:
     """Each layer's kept units rounded to the nearest multiple of ``multiple`` (at least the smallest
     multiple not below ``minimum``, at most the layer's current width): the lowest-scored kept
-    units go, or the highest-scored dropped ones come back. Matrix kernels (GPU tensor cores, INT8
-    GEMMs) run best on widths that are multiples of 8, 16 or 64; selection alone gives any width."""
+    units go, or the highest-scored dropped ones come back. Selection alone gives any width; GPU
+    tensor-core kernels favour multiples of 8 to 64 (on the CPU's INT8 kernels no consistent
+    difference was measured: bench/experiments/ffn_multiple_cpu.sh)."""
     if multiple <= 1:
         return keep
     out = []
