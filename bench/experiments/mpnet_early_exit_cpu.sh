@@ -14,8 +14,9 @@
 set -euo pipefail
 : "${MPNET:?MPNET=the MPNet-base folder (../shared/tools/get-mpnet-teacher.sh)}" "${GLUE_DIR:?}"
 W=${WORK:-runs/mpnet-cpu} OUT=${OUT:-bench/results/mpnet-glue5/early-exit-cpu} T=${TASK:-cola}
-case $T in sst2) held=2000 bs=32;; mrpc) held=400 bs=16;; stsb) held=600 bs=16;; rte) held=250 bs=16;; cola) held=850 bs=32;;
-  *) echo "TASK is one of sst2 mrpc stsb rte cola" >&2; exit 2;; esac
+source "$(dirname "$0")/glue5_tasks.sh"
+held=$(holdout_rows $T) || { echo "TASK is one of sst2 mrpc stsb rte cola" >&2; exit 2; }
+bs=$(teacher_spec $T | cut -d' ' -f2)   # the GPU teachers' batch size (one epoch here)
 rec=run; [ $T = cola ] || rec=run-$T
 C=(.venv/bin/compressor)
 mkdir -p "$W" "$OUT"

@@ -41,6 +41,7 @@
 # LIMITS="--train-limit 64 --dev-limit 32" QLIMITS="--dev-limit 32" DEVICE=cpu TASKS="rte" make a dry run.
 set -euo pipefail
 GLUE=$1; OUT=$2
+source "$(dirname "$0")/glue5_tasks.sh"   # teacher_spec, holdout_rows
 export COMPRESSOR_PROGRESS=0 PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error
 WORK=${WORK:-$HOME/glue5}; DEVICE=${DEVICE:-cuda}; LIMITS=${LIMITS:-}
 PRECISION=${PRECISION:-bf16}; [ "$DEVICE" = cpu ] && PRECISION=fp32
@@ -76,14 +77,13 @@ teacher() {  # task [holdout]: fine-tune where this machine has none yet (mpnet_
   ( flock 9 && fine_tune "$@" ) 9> "$WORK/.teacher-$1${2:+-$2}.lock"
 }
 fine_tune() {  # task [holdout]: teacher()'s work, under its lock
-  local task=$1 name=$1 t held=()
+  local task=$1 name=$1 held=()
   if [ "${2:-}" = holdout ]; then
     name=$task-holdout
-    case $task in sst2) held=2000;; mrpc) held=400;; stsb) held=600;; rte) held=250;; cola) held=850;; esac
-    held=(--holdout ${HOLDOUT_ROWS:-$held})   # HOLDOUT_ROWS: a dry run's few rows
+    held=(--holdout ${HOLDOUT_ROWS:-$(holdout_rows $task)})   # HOLDOUT_ROWS: a dry run's few rows
   fi
   [ -f "$WORK/$name/metrics.json" ] && return 0
-  case $task in sst2) t="2 32";; cola) t="3 32";; *) t="5 16";; esac; set -- $t
+  set -- $(teacher_spec $task)
   T=(python3 -m compressor finetune --model "$WORK/mpnet" --task $task --data-dir "$GLUE" --out "$WORK/$name"
     --epochs "$1" --batch-size "$2" --lr 2e-5 --max-length 128 --warmup 0.06 --eval-every $ONCE --seed 42
     --precision $PRECISION --device "$DEVICE" --overwrite "${held[@]}" $LIMITS)

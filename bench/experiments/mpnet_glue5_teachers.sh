@@ -17,9 +17,9 @@ ONCE=1000000
 mkdir -p "$WORK" "$OUT/logs"
 : > "$OUT/commands.txt"
 python3 -m bench.experiments.widen "$SRC" "$WORK/mpnet"
-# task epochs batch
-for spec in "sst2 2 32" "cola 3 32" "mrpc 5 16" "stsb 5 16" "rte 5 16"; do
-  set -- $spec
+source "$(dirname "$0")/glue5_tasks.sh"
+for task in sst2 cola mrpc stsb rte; do
+  set -- $task $(teacher_spec $task)   # task epochs batch
   CMD=(python3 -m compressor finetune --model "$WORK/mpnet" --task "$1" --data-dir "$GLUE" --out "$WORK/$1"
     --epochs "$2" --batch-size "$3" --lr 2e-5 --max-length 128 --warmup 0.06 --eval-every $ONCE --seed 42
     --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
