@@ -34,6 +34,9 @@
 #     A recipe that chooses on held-out rows (`search_on: holdout` or `split: holdout`:
 #     qbert-mixed-holdout, early-exit-holdout) runs on a second teacher, TASK-holdout, fine-tuned
 #     without about a tenth of the training rows (HOLDOUT_ROWS sets how many, for a dry run).
+#   PHASE=eebench TASKS=...: after PHASE=seeds ran early-exit-holdout on this machine, that chain on the
+#     server CPU (batch 1, all cores then 1 thread) beside its teacher, the teacher's fused INT8 and
+#     optimum O2 + INT8 (SENTENCES, default 300), in OUT/bench-TASK-ee-cpu.json.
 #   PHASE=collect: only the tar of what exists (after a call cut off by its time limit).
 # Steps a warm machine finished are skipped, so a later call resumes an earlier one. OUT_DIR
 # must outlive the call: not the device tool's $OUT (emptied before each call); tar OUT_DIR
@@ -203,7 +206,21 @@ bench_gpu() {  # task: the GPU, FP32 and BF16, batch 1 and 256
   log "${G[@]}"
   "${G[@]}" > "$OUT/logs/bench-$task-gpu.log" 2>&1 || failed bench-$task-gpu
 }
-case ${PHASE:?PHASE=students, chain, pipeline, seeds, bench or collect} in
+ee_bench() {  # task: the early-exit-holdout seed run on the server CPU, batch 1 over dev sentences,
+  # all cores then 1 thread, beside its teacher (TASK-holdout) in PyTorch FP32, that teacher's fused
+  # INT8 without exits and optimum's O2 + INT8 of it (as early-exit-cpu/ on the 2-core CPU)
+  local task=$1 run=$WORK/seeds/early-exit-holdout-$1
+  complete "$OUT/bench-$task-ee-cpu.json" && return 0
+  grep -qs early_exit_export "$run/manifest.json" || { echo "bench-$task-ee-cpu: no early exit run yet, skipped"; return 0; }
+  int8 $task-holdout || { failed $task-holdout-int8; return 1; }
+  B=(python3 -m compressor bench "teacher-int8=$WORK/$task-holdout-int8" "early-exit-int8=$run/02-early_exit_export"
+    --teacher "$WORK/$task-holdout" --task $task --data-dir "$GLUE" --peers ort-o2-int8 --preset avx512_vnni
+    --threads "$(nproc),1" --sentences ${SENTENCES:-300} --batch-sizes none --no-memory
+    --work-dir "$WORK/peers-$task-holdout" --out "$OUT/bench-$task-ee-cpu.json")
+  log "${B[@]}"
+  "${B[@]}" > "$OUT/logs/bench-$task-ee-cpu.log" 2>&1 || failed bench-$task-ee-cpu
+}
+case ${PHASE:?PHASE=students, chain, pipeline, seeds, bench, eebench or collect} in
 students|pipeline)
   [ -f "$WORK/mpnet/config.json" ] || python3 -m bench.experiments.widen "${MPNET:?MPNET=folder of the base encoder}" "$WORK/mpnet"
   for task in $TASKS; do
@@ -251,6 +268,8 @@ bench)  # on a machine that kept the pipeline's models: GPU first (quick), then 
   # BENCH=cpu: the server CPU only (a task whose GPU bench an earlier run made)
   [ "$DEVICE" = cuda ] && [ "${BENCH:-gpu cpu}" != cpu ] && for task in $TASKS; do bench_gpu $task; done
   for task in $TASKS; do bench_cpu $task; done ;;
+eebench)  # after PHASE=seeds ran early-exit-holdout on this machine: its server-CPU bench per task
+  for task in $TASKS; do ee_bench $task; done ;;
 collect) ;;  # only what comes back (below), e.g. after a call that ran out of time
 chain)  # on a machine that kept the students phase's models
   for task in $TASKS; do
