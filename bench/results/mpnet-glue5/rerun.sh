@@ -13,11 +13,15 @@
 #       the newest run that has its teacher) and its bench-*.json into
 #       bench/results/mpnet-glue5/server/; then every seed system's recipe (recipes/mpnet/) on each
 #       teacher: copy RESULTS_DIR/seeds/ (manifests, records) and commands-seeds.txt into
-#       bench/results/mpnet-glue5/seeds/.
+#       bench/results/mpnet-glue5/seeds/; last the early-exit chain on the server CPU beside its
+#       teacher, that teacher's fused INT8 and O2 + INT8 (PHASE=eebench): copy
+#       RESULTS_DIR/bench-TASK-ee-cpu.json to bench/results/mpnet-glue5/early-exit-server/bench-TASK-cpu.json
+#       and seeds/early-exit-holdout-TASK/ to early-exit-server/run-TASK/.
 #   bash bench/results/mpnet-glue5/rerun.sh cpu MPNET_BASE GLUE_DIR
 #       on the edge CPU: latency of copies with the chains' shapes (read from the runs that
 #       latency-commands.sh names: point its --runs at the new pipeline<N>/), then
-#       the summary and the report (report.md, report.html, report.png, report.json).
+#       the summary and the report (report.md, report.html, report.png, report.json), and the
+#       summary of early exit on the server CPU (early-exit-server/summary.md).
 set -euo pipefail
 where=${1:?gpu or cpu}; base=${2:?the MPNet-base folder (../shared/tools/get-mpnet-teacher.sh)}
 glue=${3:?GLUE_DIR}
@@ -26,10 +30,12 @@ gpu)
   out=${4:?RESULTS_DIR}
   MPNET=$base PHASE=pipeline bash bench/experiments/mpnet_glue5_chain_gpu.sh "$glue" "$out"
   PHASE=bench bash bench/experiments/mpnet_glue5_chain_gpu.sh "$glue" "$out"
-  MPNET=$base LANES=2 PHASE=seeds bash bench/experiments/mpnet_glue5_chain_gpu.sh "$glue" "$out" ;;
+  MPNET=$base LANES=2 PHASE=seeds bash bench/experiments/mpnet_glue5_chain_gpu.sh "$glue" "$out"
+  PHASE=eebench bash bench/experiments/mpnet_glue5_chain_gpu.sh "$glue" "$out" ;;
 cpu)
   MPNET_BASE=$base GLUE_DIR=$glue bash bench/results/mpnet-glue5/latency-commands.sh
   ${PYTHON:-.venv/bin/python} -m bench.experiments.mpnet_glue5_summary bench/results/mpnet-glue5
-  ${PYTHON:-.venv/bin/python} -m bench.experiments.mpnet_glue5_report bench/results/mpnet-glue5 ;;
+  ${PYTHON:-.venv/bin/python} -m bench.experiments.mpnet_glue5_report bench/results/mpnet-glue5
+  ${PYTHON:-.venv/bin/python} -m bench.experiments.early_exit_server_summary bench/results/mpnet-glue5/early-exit-server ;;
 *) echo "rerun.sh: the first argument is gpu or cpu, not $where" >&2; exit 2 ;;
 esac
