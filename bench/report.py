@@ -98,13 +98,30 @@ def _is_results(path: str) -> bool:
 
 # -- choosing what to show -----------------------------------------------------
 
-def variants(rows: Sequence[dict], threads: Optional[int] = None) -> Dict[str, object]:
+def timed_tasks(rows: Sequence[dict]) -> List[str]:
+    """The tasks whose batch-1 latency the rows hold, sorted (one entry, maybe "", for untagged rows)."""
+    return sorted({r.get("task") or "" for r in rows if r.get("batch_size") == 1 and r.get("latency_ms")})
+
+
+def of_task(rows: Sequence[dict], task: Optional[str]) -> List[dict]:
+    """The rows of one task (all of them for ``task`` None): a variant is timed and compared against
+    the teacher and peers of its own task, never another's."""
+    return list(rows) if task is None else [r for r in rows if (r.get("task") or "") == task]
+
+
+def variants(rows: Sequence[dict], threads: Optional[int] = None, task: Optional[str] = None) -> Dict[str, object]:
     """One line per measured variant: its batch-1 latency at ``threads`` and best throughput.
 
     Returns ``{"threads", "lines", "fingerprint"}``; lines carry speed-ups
     versus the teacher and versus the fastest peer, and whether the variant is
     on the Pareto frontier (no other is both faster and better scoring).
+    Rows of several tasks need ``task`` (one task's lines; a name is one line per task).
     """
+    tasks = timed_tasks(rows)
+    if task is None and len(tasks) > 1:
+        raise CompressorError(f"report: the timings cover several tasks ({', '.join(tasks)}); "
+                              "compare one task's variants at a time")
+    rows = of_task(rows, task)
     timed = [r for r in rows if r.get("batch_size") == 1 and r.get("latency_ms")]
     counts = sorted({r.get("threads") for r in timed if r.get("threads")})
     if threads is None and counts:
@@ -145,27 +162,30 @@ def variants(rows: Sequence[dict], threads: Optional[int] = None) -> Dict[str, o
 
 
 def json_rows(rows: Sequence[dict], threads: Optional[int] = None) -> List[dict]:
-    """One row per variant (``compressor report --json``): its batch-1 timing where measured."""
-    view = variants(rows, threads)
-    timed = {v["name"]: v for v in view["lines"]}
-    scaling = {v["name"]: v for v in thread_scaling(rows)}
+    """One row per variant and task (``compressor report --json``): its batch-1 timing where measured,
+    compared within its task."""
+    timed, scaling = {}, {}
+    for task in timed_tasks(rows):
+        task_rows = of_task(rows, task)
+        timed.update({(v["name"], task): v for v in variants(task_rows, threads)["lines"]})
+        scaling.update({(v["name"], task): v for v in thread_scaling(task_rows)})
     out, seen = [], set()
     for r in rows:
-        name = r["name"]
-        if name in seen:
+        name, key = r["name"], (r["name"], r.get("task") or "")
+        if key in seen:
             continue
-        seen.add(name)
-        if name in timed:
-            v = timed[name]
+        seen.add(key)
+        if key in timed:
+            v = timed[key]
             item = {k: v.get(k) for k in ("name", "task", "metric", "value", "teacher_value", "retention",
                                           "parameters", "size_bytes", "engine", "device", "threads",
                                           "batch_size", "latency_ms", "command")}
             item["extra"] = {**(v.get("extra") or {}), "speedup_teacher": v["speedup_teacher"],
                              "speedup_best_peer": v["speedup_best_peer"], "pareto": v["pareto"],
                              "throughput_best": v.get("throughput_best")}
-            if name in scaling and len(scaling[name]["p50"]) > 1:
-                item["extra"]["p50_ms_by_threads"] = scaling[name]["p50"]
-                item["extra"]["speedup_by_threads"] = scaling[name]["speedup"]
+            if key in scaling and len(scaling[key]["p50"]) > 1:
+                item["extra"]["p50_ms_by_threads"] = scaling[key]["p50"]
+                item["extra"]["speedup_by_threads"] = scaling[key]["speedup"]
         else:
             item = {k: r.get(k) for k in ("name", "task", "metric", "value", "teacher_value", "retention",
                                           "parameters", "size_bytes", "command", "extra")}
@@ -198,9 +218,15 @@ def _group(v: dict) -> str:
 
 # -- writing -----------------------------------------------------------------
 
+def plot_name(task: str, tasks: Sequence[str]) -> str:
+    """The plot file of one task's speed section: ``report.png``, or ``report-TASK.png`` for several."""
+    return "report.png" if len(tasks) < 2 else f"report-{task or 'untagged'}.png"
+
+
 def markdown(rows: Sequence[dict], title: str = "Compression report", threads: Optional[int] = None,
-             plot_file: Optional[str] = None) -> str:
-    view = variants(rows, threads)
+             plot_file=None) -> str:
+    """The report. ``plot_file``: the plot's file name (one task), or {task: file name}; a speed
+    section per task when the timings cover several."""
     lines = [f"# {title}", ""]
     stopped = sorted({r.get("results_file") or "?" for r in rows if r.get("incomplete")})
     if stopped:
@@ -230,18 +256,29 @@ def markdown(rows: Sequence[dict], title: str = "Compression report", threads: O
                   f"| {_num(r.get('value'))} | {_pct(r.get('retention'))} | {_int(r.get('parameters'))} |"
                   for r in scored]
         lines.append("")
-    if view["lines"]:
+    tasks = timed_tasks(rows)
+    plots = plot_file if isinstance(plot_file, dict) else {task: plot_file for task in tasks}
+    fingerprint = None
+    for task in tasks:
+        task_rows = of_task(rows, task) if len(tasks) > 1 else rows
+        view = variants(task_rows, threads)
+        if not view["lines"]:
+            continue
+        fingerprint = fingerprint or view["fingerprint"]
+        named = f"{task}: " if len(tasks) > 1 else ""
         t = view["threads"]
-        lines += [f"## Speed and score (batch 1, {t} thread{'s' if t != 1 else ''})", ""]
-        if plot_file:
-            lines += [f"![latency versus score]({plot_file})", ""]
+        lines += [f"## {named}Speed and score (batch 1, {t} thread{'s' if t != 1 else ''})", ""]
+        if plots.get(task):
+            lines += [f"![latency versus score]({plots[task]})", ""]
         lines += _speed_table(view)
-        counts = thread_counts(rows) if threads is None else [t]
+        counts = thread_counts(task_rows) if threads is None else [t]
         for other in [c for c in counts if c != t]:   # every other thread count measured
-            lines += ["", f"## Speed and score (batch 1, {other} thread{'s' if other != 1 else ''})", ""]
-            lines += _speed_table(variants(rows, other))
+            lines += ["", f"## {named}Speed and score (batch 1, {other} thread{'s' if other != 1 else ''})", ""]
+            lines += _speed_table(variants(task_rows, other))
         if len(counts) > 1:
-            lines += ["", *_threads_table(rows, counts)]
+            lines += ["", *_threads_table(task_rows, counts, named)]
+        lines.append("")
+    if tasks:
         isolated = any((r.get("extra") or {}).get("timing") for r in rows if r.get("latency_ms"))
         how = ("each variant in a process of its own, the variants timed in turn in rounds "
                "(the results' `extra.timing`)" if isolated else "variants interleaved in one process")
@@ -250,8 +287,8 @@ def markdown(rows: Sequence[dict], title: str = "Compression report", threads: O
         commands = sorted({r.get("command") for r in rows if r.get("command") and r.get("latency_ms")})
         if commands:
             lines += ["Measured by: " + "; ".join(f"`{c}`" for c in commands), ""]
-        if view["fingerprint"]:
-            lines += ["## Machine", "", _fingerprint_text(view["fingerprint"]), ""]
+        if fingerprint:
+            lines += ["## Machine", "", _fingerprint_text(fingerprint), ""]
     return "\n".join(lines)
 
 
@@ -276,8 +313,8 @@ def thread_scaling(rows: Sequence[dict]) -> List[dict]:
                                                v["p50"][min(v["p50"])]))
 
 
-def _threads_table(rows: Sequence[dict], counts: Sequence[int]) -> List[str]:
-    lines = ["## Threads", "", "p50 per sentence (batch 1, ms) at each thread count, and each variant's "
+def _threads_table(rows: Sequence[dict], counts: Sequence[int], named: str = "") -> List[str]:
+    lines = [f"## {named}Threads", "", "p50 per sentence (batch 1, ms) at each thread count, and each variant's "
              f"speed-up over its own {counts[0]}-thread p50.", "",
              "| variant | group | " + " | ".join(f"p50 @ {c}" for c in counts) + " | "
              + " | ".join(f"speed-up @ {c}" for c in counts[1:]) + " |",
@@ -341,9 +378,10 @@ def _glue_table(rows: Sequence[dict]) -> List[str]:
                   "mismatched count as one), so it compares only variants scored on the same tasks.", ""]
 
 
-def plot_png(rows: Sequence[dict], threads: Optional[int] = None) -> Optional[bytes]:
-    """The latency-versus-score scatter, frontier drawn, as PNG bytes (None without timings)."""
-    view = variants(rows, threads)
+def plot_png(rows: Sequence[dict], threads: Optional[int] = None, task: Optional[str] = None) -> Optional[bytes]:
+    """The latency-versus-score scatter of one task's variants, frontier drawn, as PNG bytes (None
+    without timings; ``task`` is needed where the timings cover several)."""
+    view = variants(rows, threads, task)
     points = [v for v in view["lines"] if v.get("value") is not None]
     if not points:
         return None
@@ -411,10 +449,25 @@ def _label_points(ax, points) -> None:
                     arrowprops=dict(arrowstyle="-", color="#999", lw=0.6) if dy > 5 else None)
 
 
-def html_page(rows: Sequence[dict], title: str, threads: Optional[int] = None) -> str:
-    """A page with everything inline (CSS, the plot as base64 PNG): one file to send around."""
-    png = plot_png(rows, threads)
-    return html_document(title, markdown(rows, title, threads, plot_file="report.png" if png else None), png)
+def plots(rows: Sequence[dict], threads: Optional[int] = None) -> Dict[str, bytes]:
+    """Each timed task's plot: {file name: PNG bytes} (``plot_name``), tasks without a scored
+    timing left out."""
+    tasks = timed_tasks(rows)
+    out = {}
+    for task in tasks:
+        png = plot_png(rows, threads, task if len(tasks) > 1 else None)
+        if png:
+            out[plot_name(task, tasks)] = png
+    return out
+
+
+def html_page(rows: Sequence[dict], title: str, threads: Optional[int] = None,
+              pngs: Optional[Dict[str, bytes]] = None) -> str:
+    """A page with everything inline (CSS, the plots as base64 PNG): one file to send around."""
+    pngs = plots(rows, threads) if pngs is None else pngs
+    tasks = timed_tasks(rows)
+    names = {task: plot_name(task, tasks) for task in tasks if plot_name(task, tasks) in pngs}
+    return html_document(title, markdown(rows, title, threads, plot_file=names), pngs)
 
 
 PAGE_STYLE = ("body{{font-family:system-ui,sans-serif;max-width:{width}px;margin:2em auto;padding:0 1em;color:#222}}"
@@ -498,17 +551,17 @@ def write_report_files(paths: Sequence[str], out: Optional[str] = None, title: O
         title = _title(paths)
     os.makedirs(out, exist_ok=True)
     written = []
-    png = plot_png(rows, threads)
-    plot_name = None
-    if png:
-        plot_name = "report.png"
-        path = os.path.join(out, plot_name)
+    pngs = plots(rows, threads)
+    for name, png in pngs.items():
+        path = os.path.join(out, name)
         write_bytes(path, png)
         written.append(path)
+    tasks = timed_tasks(rows)
+    names = {task: plot_name(task, tasks) for task in tasks if plot_name(task, tasks) in pngs}
     md_path = os.path.join(out, "report.md")
-    write_text(md_path, markdown(rows, title, threads, plot_name))
+    write_text(md_path, markdown(rows, title, threads, names))
     html_path = os.path.join(out, "report.html")
-    write_text(html_path, html_page(rows, title, threads))
+    write_text(html_path, html_page(rows, title, threads, pngs))
     return [md_path, html_path] + written
 
 

@@ -95,6 +95,26 @@ def test_onnx_dynamic_int8_is_smaller_and_close(tiny, data, tmp_path, preset):
     assert_close(onnx_out(out, tiny, data), fp32_logits(tiny, data))
 
 
+def test_the_amx_preset_writes_the_avx512_vnni_graph(tiny, data, tmp_path):
+    """AMX and VNNI take the same INT8 formats: the two presets write one graph (nodes and weights),
+    and ONNX Runtime picks AMX or VNNI kernels from the CPU when it runs it, so a bench made with
+    either preset on an AMX host measures both."""
+    import onnx
+    from onnx import numpy_helper
+
+    graphs = {}
+    for preset in ("amx", "avx512_vnni"):
+        out = str(tmp_path / preset)
+        quantize(tiny["onnx"], out, OrtDynamicConfig(preset=preset), dev_set=data["dev"])
+        graph = onnx.load(os.path.join(out, "model.onnx")).graph
+        graphs[preset] = ([(n.op_type, list(n.input), list(n.output)) for n in graph.node],
+                          {t.name: numpy_helper.to_array(t) for t in graph.initializer})
+    (nodes_amx, weights_amx), (nodes_vnni, weights_vnni) = graphs["amx"], graphs["avx512_vnni"]
+    assert nodes_amx == nodes_vnni and weights_amx.keys() == weights_vnni.keys()
+    assert any(w.dtype == np.int8 for w in weights_amx.values())
+    assert all(np.array_equal(weights_amx[k], weights_vnni[k]) for k in weights_amx)
+
+
 @pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
 def test_onnx_static_int8_calibrates_on_training_rows(tiny, data, tmp_path, method):
     out = str(tmp_path / "q")

@@ -200,3 +200,43 @@ def test_committed_results_name_no_path_of_the_machine_that_made_them():
             if here + os.sep in text or "/tmp/demo-clone" in text:
                 found.append(name)
     assert found == []
+
+
+def test_benches_of_several_tasks_are_compared_task_by_task(tmp_path):
+    """Two tasks' benches in one report: each task gets its own speed tables and plot, a variant is
+    set against its own task's teacher and peers (never the other task's rows of the same name),
+    and asking for one comparison across tasks is refused."""
+    from compressor.bench.report import collect, json_rows, variants
+
+    def timed(task, name, group, p50, value):
+        return row(name, task, "accuracy", value, 90.0, parameters=1000, size_bytes=4_000_000,
+                   engine="onnxruntime", device="cpu", threads=1, batch_size=1,
+                   latency_ms={"p50": p50, "p90": p50, "p99": p50, "mean": p50}, extra={"group": group})
+
+    paths = []
+    for task, teacher_ms, ours_ms in (("sst2", 100.0, 10.0), ("rte", 40.0, 20.0)):
+        path = str(tmp_path / f"{task}.json")
+        write_results(path, [timed(task, "teacher", "teacher", teacher_ms, 90.0),
+                             timed(task, "chain", "ours", ours_ms, 85.0),
+                             timed(task, "ort-o2-int8", "peer", ours_ms * 2, 80.0)], command=f"bench {task}")
+        paths.append(path)
+    rows = collect(paths)
+    with pytest.raises(CompressorError, match="several tasks"):
+        variants(rows)
+    assert {v["name"]: v["speedup_teacher"] for v in variants(rows, task="rte")["lines"]}["chain"] == 2.0
+    by = {(r["name"], r["task"]): r for r in json_rows(rows)}
+    assert len(by) == 6
+    assert by["chain", "sst2"]["extra"]["speedup_teacher"] == 10.0
+    assert by["chain", "rte"]["extra"]["speedup_teacher"] == 2.0
+    assert by["chain", "rte"]["latency_ms"]["p50"] == 20.0
+
+    res = CliRunner().invoke(cli, ["report", *paths, "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    md = open(tmp_path / "rep" / "report.md").read()
+    assert "## rte: Speed and score (batch 1, 1 thread)" in md and "## sst2: Speed and score" in md
+    assert "![latency versus score](report-rte.png)" in md and "![latency versus score](report-sst2.png)" in md
+    rte = md.split("## rte: ")[1].split("## sst2: ")[0]
+    assert "| chain | ours |" in rte and "| 20.00 |" in rte and "| 2.00x |" in rte and "10.00x" not in rte
+    assert os.path.getsize(tmp_path / "rep" / "report-rte.png") > 0
+    assert not os.path.exists(tmp_path / "rep" / "report.png")
+    assert open(tmp_path / "rep" / "report.html").read().count("data:image/png;base64,") == 2
