@@ -47,6 +47,9 @@ def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = 
         (name, settings), = stage.items()
         settings = settings if settings is not None else {}
         stage[name] = settings
+        for block in (settings, settings.get("recover") or {}):   # bf16 is the GPU's: on a CPU
+            if block.get("precision") == "bf16":                  # without AVX-512 BF16 it is
+                block["precision"] = "fp32"                       # emulated, ten times slower
         if name == "bench":
             settings.update(sentences=4, threads=[1], batch_sizes=[],
                             peers=[p for p in settings.get("peers", []) if p != "inc-int8"])

@@ -118,6 +118,22 @@ def test_mixed_precision_where_this_machine_allows_it(tiny_models, glue_dir, tmp
         assert record["history"] and record["steps"] == 4
 
 
+def test_bf16_on_a_cpu_that_emulates_it_says_so_once(capsys, monkeypatch):
+    """An x86 CPU without AVX-512 BF16 or AMX runs bf16 emulated (about ten times slower than
+    fp32 here): one line on stderr, once; none where the CPU has bf16 or on ARM."""
+    from compressor import device
+
+    monkeypatch.setattr(device, "_WARNED", set())
+    assert not device._warn_emulated_bf16({"avx2", "avx512_bf16"}, "x86_64")
+    assert not device._warn_emulated_bf16({"amx_bf16"}, "x86_64")
+    assert not device._warn_emulated_bf16(set(), "aarch64")
+    assert capsys.readouterr().err == ""
+    assert device._warn_emulated_bf16({"avx2"}, "x86_64")
+    assert not device._warn_emulated_bf16({"avx2"}, "x86_64")      # once per process
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bf16 on this CPU" in err and "fp32" in err
+
+
 def test_own_files_finetune_eval_and_predict(tiny_models, tmp_path, capsys):
     """A user's CSV files stand in for a GLUE task through the whole CLI."""
     from compressor.cli import main
