@@ -57,7 +57,7 @@ data: {{dir: embedded, dev_limit: {ROWS}}}
 teacher: {teacher}
 stages:
   - export: {{parity: false}}
-  - quantize: {{method: dynamic, preset: avx512_vnni}}
+  - quantize: {{method: dynamic, preset: auto}}
   - bench: {{sentences: 4, batch_sizes: [2], throughput_batches: 1, peers: [], memory: false}}
 """)
     out = str(tmp_path / "run")
@@ -79,7 +79,7 @@ stages:
     # the sensitivity search scores its every-unit-INT8 graph on the same path: the same graph,
     # quantised the same way, scores what the quantize stage recorded
     mixed = quantize(os.path.join(out, "01-export"), str(tmp_path / "mixed"),
-                     OrtMixedConfig(preset="avx512_vnni", max_drop=100.0), dev_set=dev)
+                     OrtMixedConfig(preset="auto", max_drop=100.0), dev_set=dev)
     assert mixed["search"]["sensitivity"]["all_int8_score"] == stage["score"]
     assert mixed["metrics"] == stage["metrics"]
 

@@ -95,6 +95,27 @@ def test_onnx_dynamic_int8_is_smaller_and_close(tiny, data, tmp_path, preset):
     assert_close(onnx_out(out, tiny, data), fp32_logits(tiny, data))
 
 
+def test_a_vnni_preset_on_an_avx2_cpu_is_said_to_saturate_here(capsys, monkeypatch):
+    """Full 8-bit weights against uint8 activations saturate in AVX2's u8 x s8 multiply (every
+    prediction one class, seen on an AVX2-only AMD EPYC): quantising so on such a CPU says that
+    its scores here are wrong; the avx2 preset, arm64's signed activations and other CPUs do not."""
+    from compressor.quantize import api, presets
+
+    assert presets.saturates_here(resolve_preset("avx512_vnni"), {"avx2"}, "x86_64")
+    assert presets.saturates_here(resolve_preset("amx"), {"avx2", "fma"}, "x86_64")
+    assert not presets.saturates_here(resolve_preset("avx2"), {"avx2"}, "x86_64")
+    assert not presets.saturates_here(resolve_preset("avx512_vnni"), {"avx2", "avx_vnni"}, "x86_64")
+    assert not presets.saturates_here(resolve_preset("arm64"), {"avx2"}, "x86_64")
+    assert not presets.saturates_here(resolve_preset("avx512_vnni"), set(), "aarch64")
+    monkeypatch.setattr(presets, "cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    assert api._warn_if_it_saturates_here(OrtDynamicConfig(preset="avx512_vnni"))
+    assert "INT8 products saturate" in capsys.readouterr().err
+    assert not api._warn_if_it_saturates_here(OrtDynamicConfig(preset="auto"))   # auto is avx2 here
+    assert not api._warn_if_it_saturates_here(TorchaoDynamicConfig())
+    assert capsys.readouterr().err == ""
+
+
 def test_the_amx_preset_writes_the_avx512_vnni_graph(tiny, data, tmp_path):
     """AMX and VNNI take the same INT8 formats: the two presets write one graph (nodes and weights),
     and ONNX Runtime picks AMX or VNNI kernels from the CPU when it runs it, so a bench made with

@@ -57,6 +57,7 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
 
     config = config or OrtDynamicConfig()
     config.check()
+    _warn_if_it_saturates_here(config)
     method = quantizer_for(config)
     check_output_dir(out, overwrite)
     if not os.path.isdir(model):
@@ -433,3 +434,20 @@ def inc_int8(job: QuantizeJob, config) -> dict:
                     smoothed_linears=getattr(wrapped, "smoothed_linears", 0))
         return calibration
     return _torch(job, config, transform)
+
+
+def _warn_if_it_saturates_here(config) -> bool:
+    """One line on stderr when the config's ONNX Runtime INT8 graph will saturate on this CPU
+    (``presets.saturates_here``): its scores here, and the parity check, see wrong outputs."""
+    import sys
+
+    from .presets import saturates_here
+
+    preset = config.hardware()
+    if config.backend != "onnxruntime" or preset is None or not saturates_here(preset):
+        return False
+    print(f"warning: preset {preset.name} writes full 8-bit weights for CPUs with VNNI or AMX; on this "
+          "CPU (AVX2 without VNNI) ONNX Runtime's INT8 products saturate, so what is scored here is wrong "
+          "(the parity check may refuse the graph): for a score on this machine use --preset auto",
+          file=sys.stderr)
+    return True

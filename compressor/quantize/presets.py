@@ -101,3 +101,17 @@ def resolve_preset(name: str, per_channel: Optional[bool] = None,
                                        symmetric_activations=symmetric_activations,
                                        reduce_range=reduce_range).items() if v is not None}
     return replace(preset, **overrides)
+
+
+def saturates_here(preset: HardwarePreset, flags: Optional[set] = None, machine: Optional[str] = None) -> bool:
+    """Whether ``preset``'s graph computes wrong outputs on this machine: full 8-bit weights
+    (``reduce_range`` off) against unsigned activations on an x86 CPU whose fastest INT8
+    instruction is AVX2's u8 x s8 multiply into 16 bits, which saturates (seen: every prediction
+    one class on an AVX2-only AMD EPYC with the ``avx512_vnni`` preset). The graph is still right
+    for the machine it is meant for; only what is scored here is off."""
+    import platform
+
+    machine = (machine or platform.machine()).lower()
+    if machine not in ("x86_64", "amd64") or preset.reduce_range or preset.symmetric_activations:
+        return False
+    return detect_preset(flags, machine) == "avx2"
