@@ -11,6 +11,8 @@
 #   pd-minilm     PD: the pre-trained MiniLM-L6 (BERT, its own tokenizer)
 #   albert        ALBERT-style sharing: layer pairs, embedding rank 128 (12 layers of compute)
 #   teacher       the teacher: Q8BERT dynamic and QAT, Q-BERT mixed (with FP32 layers) share its shape
+#   chain         the headline's chain for the task (pipeline7's heads and FFN widths per layer, then
+#                 the vocabulary), as mpnet_glue5_latency.py builds it: timed in the same run
 # Each as the toolkit's fused dynamic INT8 ONNX (PRESET, default auto: this CPU's; a VNNI preset on
 # an AVX2-only CPU saturates and INT8's parity check refuses the graph; the op mix and so the
 # latency are the same), timed by one `compressor bench` beside the teacher in PyTorch FP32 and
@@ -42,9 +44,19 @@ student pd-minilm kind=pretrained model=minilm-l6
 [ -f "$W/albert/metrics.json" ] || run "${C[@]}" share --model "$W/teacher" --out "$W/albert" --data-dir "$GLUE_DIR" \
   --set share=all --set group=2 --set init=mean --set embedding_rank=128 --recover mode=finetune --recover epochs=1 \
   --train-limit 800 --dev-limit 8 --overwrite
+RUNS=${RUNS:-bench/results/mpnet-glue5/pipeline7}
+[ -f "$W/chain-hf/config.json" ] || .venv/bin/python - "$W/student6" "$RUNS/$T-chain-hf-metrics.json" "$W/chain-hf" <<'PY'
+import json, sys
+from bench.experiments.prune_latency import build_pruned
+pruning = json.load(open(sys.argv[2]))["pruning"]
+print(build_pruned(sys.argv[1], {"heads": pruning["heads_after"], "ffn": pruning["ffn_after"]}, sys.argv[3]))
+PY
+[ -f "$W/chain/metrics.json" ] || run "${C[@]}" prune --model "$W/chain-hf" --out "$W/chain" --data-dir "$GLUE_DIR" \
+  --method vocab --recover mode=none --dev-limit 8 --overwrite
 variants=()
-for name in teacher student6 tinybert4 minilm6 mobilebert12 pd-minilm albert; do
-  [ -f "$W/$name-onnx/manifest.json" ] || run "${C[@]}" export "$W/$name" --out "$W/$name-onnx" --data-dir "$GLUE_DIR" --overwrite
+for name in teacher student6 tinybert4 minilm6 mobilebert12 pd-minilm albert chain; do
+  [ -f "$W/$name-onnx/manifest.json" ] || run "${C[@]}" export "$W/$name" --out "$W/$name-onnx" --data-dir "$GLUE_DIR" \
+    --parity-limit 64 --overwrite
   [ -f "$W/$name-int8/quantize.json" ] || run "${C[@]}" quantize "$W/$name-onnx" --out "$W/$name-int8" \
     --data-dir "$GLUE_DIR" --preset ${PRESET:-auto} --dev-limit 64 --overwrite
   variants+=("$name-int8=$W/$name-int8")

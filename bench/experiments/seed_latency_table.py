@@ -28,6 +28,7 @@ SHAPES = (
     ("minilm6-int8", ("minilm-6l",), "6 layers, hidden 384, FFN 1536"),
     ("pd-minilm-int8", ("pd-minilm-l6",), "the pre-trained MiniLM-L6 (BERT, 6 layers, hidden 384)"),
     ("tinybert4-int8", ("tinybert-4l",), "4 layers, hidden 312, FFN 1200"),
+    ("chain-int8", (), "the headline's chain, SST-2's shape (pipeline7; its scores: the pipeline table)"),
 )
 TEACHER = "teacher"
 
@@ -64,7 +65,7 @@ def markdown(t: dict) -> str:
     th = t["threads"]
     lines = ["# The seed systems' shapes on the edge CPU", "",
              "Batch 1 over 100 SST-2 dev sentences, each variant in its own process, timed in rounds, on "
-             "copies with each seed system's shape (untrained heads); GLUE-5 is the seed runs' dev score "
+             "copies with each seed system's shape (heads trained 25 steps: latency only); GLUE-5 is the seed runs' dev score "
              "(`seeds/`, retention against their own teachers"
              + (", whose GLUE-5 is {:.2f}-{:.2f}".format(*t["teacher_glue5"]) if t["teacher_glue5"] else "") + ").", "",
              "| shape | parameters | size (MB) | " + " | ".join(f"p50 ms, {n} thread{'s' if n > 1 else ''}" for n in th)
