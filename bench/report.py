@@ -461,13 +461,17 @@ def plots(rows: Sequence[dict], threads: Optional[int] = None) -> Dict[str, byte
     return out
 
 
+def _plot_files(rows: Sequence[dict], pngs: Dict[str, bytes]) -> Dict[str, str]:
+    """{task: its plot's file name} for the tasks ``plots`` drew."""
+    tasks = timed_tasks(rows)
+    return {task: plot_name(task, tasks) for task in tasks if plot_name(task, tasks) in pngs}
+
+
 def html_page(rows: Sequence[dict], title: str, threads: Optional[int] = None,
               pngs: Optional[Dict[str, bytes]] = None) -> str:
     """A page with everything inline (CSS, the plots as base64 PNG): one file to send around."""
     pngs = plots(rows, threads) if pngs is None else pngs
-    tasks = timed_tasks(rows)
-    names = {task: plot_name(task, tasks) for task in tasks if plot_name(task, tasks) in pngs}
-    return html_document(title, markdown(rows, title, threads, plot_file=names), pngs)
+    return html_document(title, markdown(rows, title, threads, plot_file=_plot_files(rows, pngs)), pngs)
 
 
 PAGE_STYLE = ("body{{font-family:system-ui,sans-serif;max-width:{width}px;margin:2em auto;padding:0 1em;color:#222}}"
@@ -556,10 +560,8 @@ def write_report_files(paths: Sequence[str], out: Optional[str] = None, title: O
         path = os.path.join(out, name)
         write_bytes(path, png)
         written.append(path)
-    tasks = timed_tasks(rows)
-    names = {task: plot_name(task, tasks) for task in tasks if plot_name(task, tasks) in pngs}
     md_path = os.path.join(out, "report.md")
-    write_text(md_path, markdown(rows, title, threads, names))
+    write_text(md_path, markdown(rows, title, threads, _plot_files(rows, pngs)))
     html_path = os.path.join(out, "report.html")
     write_text(html_path, html_page(rows, title, threads, pngs))
     return [md_path, html_path] + written

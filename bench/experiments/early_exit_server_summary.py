@@ -76,18 +76,17 @@ def summarise(found: Dict[str, dict]) -> dict:
         if lacking:
             missing[t] = lacking
             continue
-        glue5[t] = {name: {key: sum(found[task]["rows"][name, t][src] if src == "value" else
-                                    found[task]["rows"][name, t]["latency_ms"][src] for task in TASKS) / len(TASKS)
-                           for key, src in (("score", "value"), ("p50_ms", "p50"), ("mean_ms", "mean"))}
+        glue5[t] = {name: {key: sum(p[key] for p in per_task if p["threads"] == t and p["variant"] == name)
+                                / len(TASKS) for key in ("score", "p50_ms", "mean_ms")}
                     for name, _ in VARIANTS}
     ratios = {}   # early exit's speed-up over each other variant, GLUE-5 means, p50 and mean
     for t, means in glue5.items():
         e = means[EARLY]
         ratios[t] = {name: {"p50": means[name]["p50_ms"] / e["p50_ms"], "mean": means[name]["mean_ms"] / e["mean_ms"]}
                      for name, _ in VARIANTS if name != EARLY}
-    teacher_glue5 = (sum(found[t]["rows"][TEACHER, threads[0]]["value"] for t in TASKS) / len(TASKS)
-                     if threads and all(t in found and (TEACHER, threads[0]) in found[t]["rows"] for t in TASKS)
-                     else None)
+    teachers = [p["score"] for p in per_task if p["variant"] == TEACHER and p["threads"] == threads[0]] \
+        if threads else []
+    teacher_glue5 = sum(teachers) / len(TASKS) if len(teachers) == len(TASKS) else None
     return {"threads": threads, "per_task": per_task, "glue5": glue5, "missing": missing,
             "ratios": ratios, "teacher_glue5": teacher_glue5,
             "exit_layer": {task: f["exit_layer"] for task, f in found.items()},

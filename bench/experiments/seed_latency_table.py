@@ -18,7 +18,7 @@ from compressor.results import read_results
 
 # timed variant -> (the seed recipes of that shape, what the shape is)
 SHAPES = (
-    ("teacher", ("teacher",), "the teacher, PyTorch FP32 (12 layers, hidden 768)"),
+    ("teacher", (), "the teacher, PyTorch FP32 (12 layers, hidden 768)"),
     ("ort-o2-int8", (), "optimum O2 + INT8 of the teacher (peer)"),
     ("teacher-int8", ("q8bert-qat", "q8bert-dynamic", "qbert-mixed-holdout"),
      "the teacher as fused INT8 (Q-BERT keeps some layers FP32: slower than this)"),
@@ -44,7 +44,7 @@ def table(root: str) -> dict:
     for name, recipes, what in SHAPES:
         scores = []
         for recipe in recipes:
-            g = glue5.get(f"seeds_{recipe}") if recipe != TEACHER else None
+            g = glue5.get(f"seeds_{recipe}")
             if g and g.get("glue5") is not None:
                 scores.append({"recipe": recipe, "glue5": g["glue5"], "retention": g.get("retention")})
                 teachers.append(g.get("teacher_glue5"))
