@@ -1,3 +1,3 @@
-from .cli import main
+from compressor.cli import main
 
 main()

@@ -60,7 +60,7 @@ def glue_dir():
 
 @pytest.fixture(scope="session")
 def minilm_dir():
-    from compressor.models import resolve_model
+    from compressor.core.models import resolve_model
     return resolve_model("minilm-l6")
 
 
@@ -85,8 +85,8 @@ def tiny_models(tmp_path_factory, minilm_dir):
 def save_sst2_classifier(path, minilm_dir, max_length: int = 64) -> str:
     """A tiny random BERT SST-2 classifier (seed 0) with the MiniLM tokenizer, saved as the
     toolkit saves a checkpoint."""
-    from compressor.data import get_task
-    from compressor.models import checkpoint_meta, save_checkpoint
+    from compressor.core.data import get_task
+    from compressor.core.models import checkpoint_meta, save_checkpoint
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     config = tiny_config("bert")

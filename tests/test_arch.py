@@ -4,8 +4,8 @@ import torch
 import transformers
 from torch import nn
 
-from compressor.arch import ARCHITECTURES, arch_of, uses_token_type_ids
-from compressor.errors import CompressorError
+from compressor.core.arch import ARCHITECTURES, arch_of, uses_token_type_ids
+from compressor.core.errors import CompressorError
 from conftest import ARCHS, tiny_config
 
 

@@ -9,15 +9,15 @@ import torch
 import transformers
 from torch import nn
 
-from compressor.arch import arch_of, uses_token_type_ids
-from compressor.data import load_split
+from compressor.core.arch import arch_of, uses_token_type_ids
+from compressor.core.data import load_split
 from compressor.distill import DistillConfig, distill
-from compressor.errors import CompressorError
-from compressor.models import count_parameters, load_for_task
+from compressor.core.errors import CompressorError
+from compressor.core.models import count_parameters, load_for_task
 from compressor.quantize import OrtDynamicConfig, quantize
 from compressor.quantize.qat import prepare_qat, quantized_linears, strip_qat
-from compressor.quantize.sensitivity import quantizable_units
-from compressor.train import TrainConfig, finetune
+from compressor.export.int8 import quantizable_units
+from compressor.engine.train import TrainConfig, finetune
 from conftest import NEW_ARCHS, tiny_config
 from compressor.export import export_onnx
 from compressor.export.onnx import example_texts

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from conftest import save_sst2_classifier
-from compressor.data import load_split
-from compressor.errors import CompressorError
-from compressor.results import REQUIRED, read_results
+from compressor.core.data import load_split
+from compressor.core.errors import CompressorError
+from compressor.core.results import REQUIRED, read_results
 
 
 
@@ -141,7 +141,7 @@ def saved_timing(path):
 
 def test_graph_parameters_are_the_checkpoints(minilm_pair, tmp_path):
     from compressor.bench.suite import onnx_parameters, specs_for
-    from compressor.models import count_parameters, load_for_task
+    from compressor.core.models import count_parameters, load_for_task
     from compressor.quantize import quantize
     from compressor.quantize.configs import quantize_config
 
@@ -196,9 +196,9 @@ def test_worker_replies_survive_library_prints_and_errors_are_one_line(minilm_pa
 @pytest.fixture(scope="module")
 def minilm_pair(tmp_path_factory, minilm_dir):
     """MiniLM-L6 with an untrained SST-2 head (a few ms a sentence here) and its ONNX export."""
-    from compressor.data import get_task
+    from compressor.core.data import get_task
     from compressor.export.onnx import export_onnx
-    from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
+    from compressor.core.models import checkpoint_meta, load_for_task, save_checkpoint
 
     root = tmp_path_factory.mktemp("minilm")
     torch.manual_seed(0)

@@ -2,21 +2,21 @@
 import pytest
 import torch
 
-from compressor.train import Callback, TrainConfig, fit, set_seed
+from compressor.engine.train import Callback, TrainConfig, fit, set_seed
 
 QUICK = dict(epochs=2, batch_size=16, max_length=16, lr=2e-3, device="cpu")
 
 
 @pytest.fixture()
 def reviews(tmp_path):
-    from compressor.data import read_user_file
+    from compressor.core.data import read_user_file
     from conftest import write_reviews
 
     return read_user_file(write_reviews(tmp_path / "train.csv", 96), ["review"], "sentiment")
 
 
 def _model(tiny_models, data):
-    from compressor.models import load_for_task
+    from compressor.core.models import load_for_task
 
     set_seed(0)
     return load_for_task(tiny_models["bert"], data.task)

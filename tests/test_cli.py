@@ -137,7 +137,7 @@ def test_help_loads_no_training_stack_and_prints_no_warnings():
     assert result.stderr == ""
 
 
-@pytest.mark.parametrize("module", ["compressor.train", "compressor.distill.distiller",
+@pytest.mark.parametrize("module", ["compressor.engine.train", "compressor.engine.distiller",
                                     "compressor.quantize.api", "compressor.quantize.inc",
                                     "compressor.export.onnx", "compressor.bench.suite"])
 def test_importing_the_toolkit_prints_nothing(module):

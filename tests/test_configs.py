@@ -7,11 +7,11 @@ import pytest
 import transformers
 
 from compressor.cli import main
-from compressor.data import UserData
+from compressor.core.data import UserData
 from compressor.distill import DistillConfig, LOSSES, LossSettings, distill, register_loss
-from compressor.models import checkpoint_meta, save_checkpoint
+from compressor.core.models import checkpoint_meta, save_checkpoint
 from compressor.quantize import configs as Q
-from compressor.settings import config_from_dict, setting
+from compressor.core.settings import config_from_dict, setting
 from conftest import save_sst2_classifier, write_reviews
 
 HEAD = "name: t\ntask: sst2\nteacher: {model: m}\nstages:\n"

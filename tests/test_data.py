@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from compressor.data import (
+from compressor.core.data import (
     TASKS, custom_task, embedded_dir, get_task, load_split, read_glue_file, read_user_file,
     resolve_data_dir,
 )
-from compressor.errors import CompressorError
+from compressor.core.errors import CompressorError
 
 GLUE_DIR = os.environ.get("GLUE_DIR") or str(Path(__file__).resolve().parent.parent.parent / "shared" / "glue_data")
 

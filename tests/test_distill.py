@@ -10,10 +10,10 @@ import transformers
 
 from compressor.distill import DistillConfig, distill, layer_mapping
 from compressor.distill import losses as L
-from compressor.distill.students import (ConfigStudent, LayersStudent, build_student, student_config,
+from compressor.engine.students import (ConfigStudent, LayersStudent, build_student, student_config,
                                          teacher_layers_to_keep)
-from compressor.errors import CompressorError
-from compressor.models import count_parameters, load_for_task
+from compressor.core.errors import CompressorError
+from compressor.core.models import count_parameters, load_for_task
 from conftest import write_reviews
 
 
@@ -99,7 +99,7 @@ def test_layer_mappings():
 
 
 def test_loss_config_checks_and_stages():
-    from compressor.settings import from_values
+    from compressor.core.settings import from_values
 
     config = from_values(L.Losses, {"kd": {"weight": 1, "temperature": "2"}, "hidden": 2, "attention": 1},
                          "losses")
@@ -134,7 +134,7 @@ def test_layer_picks():
 @pytest.fixture(scope="module")
 def teachers(tiny_models, tmp_path_factory):
     """Tiny task classifiers (2 layers, hidden 32) of two architectures, untrained but saved."""
-    from compressor.data import get_task
+    from compressor.core.data import get_task
 
     root = tmp_path_factory.mktemp("teachers")
     out = {}
@@ -149,8 +149,8 @@ def teachers(tiny_models, tmp_path_factory):
 
 @pytest.mark.parametrize("arch", ["bert", "mpnet"])
 def test_layer_student_copies_the_chosen_teacher_layers(teachers, arch):
-    from compressor.arch import arch_of
-    from compressor.data import get_task
+    from compressor.core.arch import arch_of
+    from compressor.core.data import get_task
 
     teacher, tok = load_for_task(teachers[arch], get_task("sst2"))
     student, _, made = build_student(LayersStudent(layers=[2]), teacher, tok, get_task("sst2"))
@@ -171,8 +171,8 @@ def test_layer_student_copies_the_chosen_teacher_layers(teachers, arch):
 
 
 def test_narrow_student_and_other_architecture(teachers):
-    from compressor.arch import arch_of
-    from compressor.data import get_task
+    from compressor.core.arch import arch_of
+    from compressor.core.data import get_task
 
     teacher, tok = load_for_task(teachers["bert"], get_task("sst2"))
     spec = ConfigStudent(num_layers=1, hidden_size=24, heads=3, ffn_size=40)
@@ -203,8 +203,8 @@ QUICK = dict(batch_size=16, max_length=16, device="cpu", warmup=0.0, eval_every=
 @pytest.fixture(scope="module")
 def trained_teacher(tiny_models, tmp_path_factory):
     """A tiny BERT fine-tuned on reviews whose label is visible in the text (near 100%)."""
-    from compressor.data import UserData
-    from compressor.train import TrainConfig, finetune
+    from compressor.core.data import UserData
+    from compressor.engine.train import TrainConfig, finetune
 
     root = tmp_path_factory.mktemp("reviews")
     data = UserData(write_reviews(root / "train.csv", 400), write_reviews(root / "dev.csv", 96, 400),
@@ -215,14 +215,14 @@ def trained_teacher(tiny_models, tmp_path_factory):
 
 
 def _agreement(a, b, tok, examples):
-    from compressor.scoring import predict_logits
+    from compressor.engine.scoring import predict_logits
     return float((predict_logits(a, tok, examples, 16).argmax(-1) ==
                   predict_logits(b, tok, examples, 16).argmax(-1)).mean())
 
 
 def test_distillation_improves_the_student(trained_teacher, tmp_path):
     """One teacher layer on a 1-layer student, soft targets plus hidden MSE: far above chance."""
-    from compressor.data import load_data
+    from compressor.core.data import load_data
 
     teacher_dir, data = trained_teacher
     config = DistillConfig(epochs=3, lr=3e-3, **QUICK, student={"kind": "config", "num_layers": 1},
@@ -271,7 +271,7 @@ def test_minilm_and_cosine_losses_train(trained_teacher, tmp_path):
 
 @pytest.mark.parametrize("kind", ["bilstm", "cnn"])
 def test_small_student_learns_and_loads_like_any_checkpoint(trained_teacher, tmp_path, kind):
-    from compressor.scoring import evaluate, predict
+    from compressor.engine.scoring import evaluate, predict
 
     teacher_dir, data = trained_teacher
     config = DistillConfig(epochs=3, lr=1e-2, **QUICK,
@@ -363,9 +363,9 @@ def test_distill_command(trained_teacher, tmp_path, capsys):
 def test_progressive_transfer_trains_one_layer_at_a_time_bottom_up(trained_teacher, tmp_path):
     """MobileBERT's schedule: phase l counts student layer l's pairs alone, the embeddings and the
     layers below stay fixed from layer 2 on, and the layers above get no update either."""
-    from compressor.data import load_data
-    from compressor.distill.distiller import distill_model
-    from compressor.train import Callback
+    from compressor.core.data import load_data
+    from compressor.engine.distiller import distill_model
+    from compressor.engine.train import Callback
 
     teacher_dir, data = trained_teacher
     config = DistillConfig(epochs=2, lr=3e-3, **QUICK, intermediate_epochs=2, progressive=True,
@@ -429,7 +429,7 @@ def test_general_distillation_runs_first_on_unlabelled_text(trained_teacher, tmp
 
 
 def test_general_distillation_needs_a_layer_loss_and_its_text():
-    from compressor.distill.distiller import distill_model
+    from compressor.engine.distiller import distill_model
 
     with pytest.raises(CompressorError, match="general_epochs needs a layer loss"):
         DistillConfig(general_epochs=1, losses={"kd": 1}).check()
@@ -474,7 +474,7 @@ def test_general_distillation_from_the_base_encoder_is_done_once_and_reused_by_o
 def test_shared_general_text_leaves_out_every_tasks_dev_sentences(glue_dir):
     """The text of a shared general phase is one text: the same for SST-2 and STS-B, and without
     STS-B's dev sentences even when SST-2 asks (STS-B's training file holds some of them)."""
-    from compressor.data import get_task, load_split, unlabelled_text
+    from compressor.core.data import get_task, load_split, unlabelled_text
 
     stsb, sst2 = get_task("stsb"), get_task("sst2")
     stsb_dev = {t.strip() for e in load_split(stsb, "dev", glue_dir).examples for t in e.texts}
@@ -498,7 +498,7 @@ def test_a_run_waits_for_the_general_phase_another_run_is_training(tmp_path, cap
     import threading
     import time
 
-    from compressor.distill import general
+    from compressor.engine import general
 
     events = []
     with general.locked(str(tmp_path), "k") as path:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from compressor.distributed import shard
+from compressor.core.distributed import shard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

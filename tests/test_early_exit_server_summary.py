@@ -4,7 +4,7 @@ import json
 import os
 
 from bench.experiments import early_exit_server_summary as summary
-from compressor.results import row, write_results
+from compressor.core.results import row, write_results
 
 TASKS = ("sst2", "mrpc", "stsb", "rte", "cola")
 # variant -> (score offset from the teacher, p50 at 1 thread, p50 at 16 threads)

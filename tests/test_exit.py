@@ -11,7 +11,7 @@ import pytest
 import torch
 import transformers
 
-from compressor.errors import CompressorError
+from compressor.core.errors import CompressorError
 from conftest import save_sst2_classifier, tiny_config
 
 
@@ -67,7 +67,7 @@ def test_patience_exits_after_that_many_agreeing_exits_in_a_row():
 
 
 def test_regression_exits_on_patience_within_the_tolerance_and_refuses_other_rules():
-    from compressor.errors import CompressorError
+    from compressor.core.errors import CompressorError
     from compressor.exit.rules import RuleState, exit_points
 
     exits = [np.array([[1.0], [1.0]], np.float32), np.array([[1.05], [2.0]], np.float32),
@@ -204,12 +204,12 @@ def _train_tiny(tmp_path, minilm_dir, glue_dir, **settings):
 
 def test_the_checkpoint_reloads_and_the_onnx_segments_give_the_pytorch_predictions(
         tmp_path, minilm_dir, glue_dir):
-    from compressor.data import get_task, load_data
+    from compressor.core.data import get_task, load_data
     from compressor.exit import export_exits
     from compressor.exit.model import EarlyExitModel
     from compressor.exit.runtime import SegmentChain
     from compressor.export.onnx import example_texts
-    from compressor.models import load_for_task
+    from compressor.core.models import load_for_task
 
     out, record = _train_tiny(tmp_path, minilm_dir, glue_dir)
     assert record["calibration_rows"] == 32 and record["train_rows"] == 64
@@ -250,11 +250,11 @@ def test_the_checkpoint_reloads_and_the_onnx_segments_give_the_pytorch_predictio
     assert tok.pad_token_id == chain.pad_id and net.config.num_labels == 2
     # the one ONNX scorer, predict --onnx and the benchmark run the chain, not segment 0 alone
     # (whose first output is the hidden states and whose logits are the first exit's)
-    from bench.harness import build
-    from bench.suite import specs_for
+    from compressor.bench.harness import build
+    from compressor.bench.suite import specs_for
     from compressor.export.onnx import predict_file, score_onnx
     from compressor.export.runtime import open_graph
-    from compressor.metrics import compute_metrics
+    from compressor.core.metrics import compute_metrics
 
     opened = open_graph(str(tmp_path / "seg"), spinning=True)
     assert isinstance(opened, SegmentChain)
@@ -302,7 +302,7 @@ def test_the_checkpoint_reloads_and_the_onnx_segments_give_the_pytorch_predictio
 
 @pytest.mark.parametrize("training", ["self_distill", "joint"])
 def test_self_distillation_and_joint_training_move_what_they_should(training, minilm_dir, glue_dir):
-    from compressor.data import get_task, load_data
+    from compressor.core.data import get_task, load_data
     from compressor.exit.configs import EarlyExitConfig
     from compressor.exit.model import EarlyExitModel
     from compressor.exit.train import train_exits
@@ -390,8 +390,8 @@ stages:
 
 def test_the_command_writes_the_model_and_refuses_a_rule_a_regression_task_cannot_use(
         tmp_path, minilm_dir, glue_dir, capsys):
-    from compressor.data import get_task
-    from compressor.models import checkpoint_meta, save_checkpoint
+    from compressor.core.data import get_task
+    from compressor.core.models import checkpoint_meta, save_checkpoint
     from test_cli import assert_one_line_error, run_cli
 
     teacher = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
@@ -429,12 +429,12 @@ def test_the_command_writes_the_model_and_refuses_a_rule_a_regression_task_canno
 def test_a_pruned_student_with_exits_saves_reloads_and_exports_its_own_shape(tmp_path, minilm_dir):
     """Per-layer head and FFN counts (structured pruning) survive the early-exit folder, and each
     segment's attention fuses with its own layers' head counts."""
-    from compressor.data import get_task
+    from compressor.core.data import get_task
     from compressor.exit.configs import ExitExportConfig
     from compressor.exit.model import EarlyExitModel
     from compressor.exit.segments import export_segments
-    from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
-    from compressor.shapes import resize_layers
+    from compressor.core.models import checkpoint_meta, load_for_task, save_checkpoint
+    from compressor.core.shapes import resize_layers
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     net = _classifier("bert", vocab=tokenizer.vocab_size)
@@ -452,7 +452,7 @@ def test_a_pruned_student_with_exits_saves_reloads_and_exports_its_own_shape(tmp
     np.testing.assert_allclose(a.logits.numpy(), b.logits.numpy(), atol=1e-5)
     assert a.exit_index.tolist() == b.exit_index.tolist()
     texts = [("a gripping , funny film",), ("flat and lifeless",), ("it is what it is",)]
-    from compressor.data.readers import Example
+    from compressor.core.data.readers import Example
     examples = [Example(t, 1, str(i)) for i, t in enumerate(texts)]
     manifest = export_segments(out, str(tmp_path / "seg"), ExitExportConfig(int8=False),
                                examples=examples)

@@ -10,10 +10,10 @@ import torch
 import transformers
 
 from conftest import ARCHS, tiny_config
-from compressor.data import get_task, load_split
-from compressor.errors import CompressorError
-from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
-from compressor.shapes import resize_layers
+from compressor.core.data import get_task, load_split
+from compressor.core.errors import CompressorError
+from compressor.core.models import checkpoint_meta, load_for_task, save_checkpoint
+from compressor.core.shapes import resize_layers
 from compressor.export import Predictor, export_onnx, read_manifest
 
 SST2 = get_task("sst2")
@@ -104,7 +104,7 @@ def test_shared_layer_weights_export(tmp_path, tokenizer):
 
 @pytest.mark.parametrize("kind", ["bilstm", "cnn"])
 def test_small_students_export_through_torch_onnx(kind, tmp_path, tokenizer):
-    from compressor.distill.small import build_small
+    from compressor.core.small import build_small
 
     torch.manual_seed(0)
     student = build_small(kind, tokenizer, SST2)

@@ -13,7 +13,7 @@ import pytest
 
 from compressor.cli import main
 from compressor.recipe import run_recipe
-from compressor.recipe.guard import LOCK_FILE
+from compressor.core.guard import LOCK_FILE
 
 GOOD = """
 name: tiny
@@ -106,7 +106,7 @@ def test_a_users_folder_where_a_stage_would_go_is_refused_not_replaced(capsys, f
 
 HOLD = """
 import sys, time
-from compressor.recipe.guard import run_lock
+from compressor.core.guard import run_lock
 with run_lock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(120)

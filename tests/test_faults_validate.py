@@ -72,7 +72,7 @@ def test_validate_refuses_settings_run_would_fail_on(capsys, tmp_path, body, lin
 def test_bench_and_quantize_presets_are_one_list(tmp_path):
     """A preset the quantize stage takes, the bench stage takes (and the other way round)."""
     from compressor.recipe import validate_recipe
-    from compressor.quantize.presets import PRESET_NAMES
+    from compressor.core.presets import PRESET_NAMES
 
     for preset in PRESET_NAMES:
         path = write_recipe(tmp_path, HEAD + f"stages:\n  - bench: {{preset: {preset}}}\n"

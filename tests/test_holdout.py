@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from compressor.errors import CompressorError
+from compressor.core.errors import CompressorError
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def texts(dataset):
 
 
 def test_finetune_records_the_rows_it_held_out_and_trains_without_them(teacher, glue_dir):
-    from compressor.data import get_task, holdout, load_data
+    from compressor.core.data import get_task, holdout, load_data
 
     metrics = json.load(open(os.path.join(teacher, "metrics.json")))
     meta = json.load(open(os.path.join(teacher, "compressor.json")))
@@ -50,7 +50,7 @@ def test_finetune_records_the_rows_it_held_out_and_trains_without_them(teacher, 
 
 
 def test_a_recipe_trains_no_stage_on_the_held_rows_and_searches_on_them(teacher, tmp_path, glue_dir, monkeypatch):
-    from compressor.data import get_task, holdout, load_data
+    from compressor.core.data import get_task, holdout, load_data
     from compressor.quantize import sensitivity as sens
     from compressor.recipe import run_recipe
     from compressor.recipe.runner import StageContext
@@ -87,7 +87,7 @@ def test_a_tolerance_finer_than_one_search_row_is_named(glue_dir, capsys):
     """250 rows move an accuracy in steps of 0.4 points: a 0.3 tolerance keeps a unit FP32 for one
     changed prediction; row_step names that (the search puts it in its record, coarse_rows, and on
     stderr); 2,000 rows (0.05 points) and a regression task do not."""
-    from compressor.data import get_task, load_data
+    from compressor.core.data import get_task, load_data
     from compressor.quantize.api import row_step
 
     rte = load_data(get_task("rte"), "train", glue_dir, limit=250)
@@ -110,7 +110,7 @@ def test_distillation_from_such_a_teacher_leaves_its_rows_out(teacher, tmp_path,
                                                        student={"kind": "layers", "num_layers": 1},
                                                        losses={"kd": 1}))
     assert result["phases"][-1]["train_examples"] == 64          # the limit, counted after the 16 left out
-    from compressor.data import get_task, holdout, load_data
+    from compressor.core.data import get_task, holdout, load_data
 
     rest, _ = holdout.split(load_data(get_task("sst2"), "train", glue_dir), holdout.record_of(teacher)[0], teacher)
     assert texts(trained_on[0]) == texts(replace(rest, examples=rest.examples[:64]))

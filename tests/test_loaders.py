@@ -17,11 +17,11 @@ from safetensors import safe_open
 
 from conftest import tiny_config
 from compressor.cli import main
-from compressor.data import get_task
-from compressor.errors import CompressorError
-from compressor.loaders import register_loader
-from compressor.models import checkpoint_meta, count_parameters, load_for_task, save_checkpoint
-from compressor.shapes import resize_layers
+from compressor.core.data import get_task
+from compressor.core.errors import CompressorError
+from compressor.core.loaders import register_loader
+from compressor.core.models import checkpoint_meta, count_parameters, load_for_task, save_checkpoint
+from compressor.core.shapes import resize_layers
 
 SST2 = get_task("sst2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,7 +101,7 @@ KEEP_FFN = [list(range(0, 64, 2)), 48]  # every other unit; the first 48
 
 def _zero_dropped(model, heads, ffn):
     """The same model with the dropped heads' values and FFN units zeroed: what pruning removes."""
-    from compressor.arch import arch_of
+    from compressor.core.arch import arch_of
 
     spec = arch_of(model)
     size = spec.hidden_size(model.config) // spec.num_heads(model.config)
@@ -121,7 +121,7 @@ def _zero_dropped(model, heads, ffn):
 
 def _strong_shared_bias(model):
     """MPNet's relative position bias, large enough that a layer given another head's column shows."""
-    from compressor.arch import arch_of
+    from compressor.core.arch import arch_of
 
     for name in arch_of(model).shared_layer_params:
         with torch.no_grad():
@@ -182,7 +182,7 @@ def test_shared_layers_are_saved_once_as_safetensors_and_tied_again(tokenizer, t
 
 @pytest.mark.parametrize("kind", ["bilstm", "cnn"])
 def test_small_students_round_trip(kind, tokenizer, tmp_path):
-    from compressor.distill.small import build_small
+    from compressor.core.small import build_small
 
     torch.manual_seed(0)
     student = build_small(kind, tokenizer, SST2).eval()
@@ -266,7 +266,7 @@ class MeanOfEmbeddings(torch.nn.Module):
 def load_mean_of_embeddings(path, task=None, **_):
     from safetensors.torch import load_model
 
-    from compressor.models import load_tokenizer
+    from compressor.core.models import load_tokenizer
 
     config = json.load(open(os.path.join(path, "config.json")))
     model = MeanOfEmbeddings(config["vocab_size"], config["num_labels"])
@@ -302,7 +302,7 @@ def folders(tmp_path_factory, tokenizer):
     """One folder of each kind and shape, all of the same tiny BERT classifier."""
     from compressor.quantize import resolve_preset
     from compressor.quantize.torch_int8 import quantize_torchao, save_quantized
-    from compressor.distill.small import build_small
+    from compressor.core.small import build_small
     from compressor.export import export_onnx
 
     root = tmp_path_factory.mktemp("kinds")
@@ -337,7 +337,7 @@ def test_eval_and_predict_take_every_kind(kind, folders, tmp_path):
 
 
 def test_the_export_scores_as_its_source_does_and_as_score_onnx_does(folders, tmp_path):
-    from compressor.data import load_split
+    from compressor.core.data import load_split
     from compressor.export.onnx import score_onnx
 
     scores = {}
@@ -351,11 +351,11 @@ def test_the_export_scores_as_its_source_does_and_as_score_onnx_does(folders, tm
 
 def test_reading_a_kind_imports_no_torch_and_models_does_not_import_the_students():
     code = ("import sys\n"
-            "from compressor.loaders import kind_of\n"
+            "from compressor.core.loaders import kind_of\n"
             "kind_of('.')\n"
             "assert 'torch' not in sys.modules, 'torch'\n"
-            "import compressor.distill.small\n"      # was a cycle through compressor.models
-            "import compressor.models\n"
+            "import compressor.core.small\n"      # was a cycle through compressor.core.models
+            "import compressor.core.models\n"
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from compressor.errors import CompressorError
-from compressor.metrics import compute_metrics, glue_score, task_score
+from compressor.core.errors import CompressorError
+from compressor.core.metrics import compute_metrics, glue_score, task_score
 
 
 def test_accuracy_and_f1():

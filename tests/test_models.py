@@ -6,10 +6,10 @@ import shutil
 import pytest
 import torch
 
-from compressor.data import get_task
-from compressor.errors import CompressorError
-from compressor.io import atomic_dir
-from compressor.models import (count_parameters, load_for_task, resolve_model, save_checkpoint,
+from compressor.core.data import get_task
+from compressor.core.errors import CompressorError
+from compressor.core.io import atomic_dir
+from compressor.core.models import (count_parameters, load_for_task, resolve_model, save_checkpoint,
                                size_on_disk)
 
 
@@ -56,7 +56,7 @@ def test_bad_checkpoints_fail_with_one_line(tiny_models, tmp_path, case, message
 
 
 def test_hub_id_offline_fails_at_once(monkeypatch):
-    import compressor.models as models
+    import compressor.core.models as models
     monkeypatch.setattr(models, "hub_reachable", lambda: False)
     with pytest.raises(CompressorError, match="bert-base-uncased is no local folder, and the model hub"):
         load_for_task("bert-base-uncased", get_task("sst2"))
@@ -83,7 +83,7 @@ def test_checkpoint_folder_appears_whole_or_not_at_all(tiny_models, tmp_path):
 
 
 def test_written_files_keep_the_usual_permissions(tmp_path):
-    from compressor.io import write_json
+    from compressor.core.io import write_json
     mask = os.umask(0o022)
     try:
         write_json(str(tmp_path / "r.json"), {"a": 1})

@@ -16,12 +16,12 @@ import torch
 import transformers
 from onnx import helper, numpy_helper
 
-from compressor.data import get_task, load_split
-from compressor.errors import CompressorError
+from compressor.core.data import get_task, load_split
+from compressor.core.errors import CompressorError
 from compressor.export import Predictor, export_onnx
 from compressor.export.onnx import example_texts
-from compressor.models import checkpoint_meta, save_checkpoint
-from compressor.shapes import resize_layers
+from compressor.core.models import checkpoint_meta, save_checkpoint
+from compressor.core.shapes import resize_layers
 
 SST2 = get_task("sst2")
 SIZE = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
@@ -195,8 +195,8 @@ def int8(made, dev, tmp_path_factory):
 
 
 def test_dynamic_int8_of_the_fused_graph_keeps_the_bias_and_quantises_qkv(made, int8, dev, tmp_path):
-    from compressor.quantize.onnx_int8 import quantize_dynamic_onnx
-    from compressor.quantize.presets import resolve_preset
+    from compressor.export.int8 import quantize_dynamic_onnx
+    from compressor.core.presets import resolve_preset
 
     folder, record = int8
     ops = _ops(folder)
@@ -248,8 +248,8 @@ def test_int8_refuses_a_qattention_that_would_drop_the_bias(made, dev, tmp_path)
     """onnxruntime's quantiser turns Attention into QAttention, which has no attention_bias input:
     the toolkit refuses the graph it would write instead of writing a wrong one."""
     from compressor.quantize import OrtDynamicConfig, quantize
-    from compressor.quantize.onnx_int8 import quantize_dynamic_onnx
-    from compressor.quantize.presets import resolve_preset
+    from compressor.export.int8 import quantize_dynamic_onnx
+    from compressor.core.presets import resolve_preset
 
     packed = _rewire(made[True]["fused"], str(tmp_path / "packed"), _as_packed_attention)
     assert "Attention" in _ops(packed) and "MultiHeadAttention" not in _ops(packed)
@@ -271,7 +271,7 @@ def test_int8_parity_refuses_a_graph_that_computes_something_else(made, int8, de
     graph off on both counts (agreement where FP32 is sure, largest logit difference) is refused.
     A coarse net: on these tiny models the bias-dropping QAttention graph agrees on 88% of the
     sure sentences and passes it; check_attention_inputs_kept is the guard that refuses that one."""
-    from compressor.quantize.onnx_int8 import parity_vs_fp32
+    from compressor.export.int8 import parity_vs_fp32
 
     fp32 = made[True]["fused"]
     sound = parity_vs_fp32(fp32, int8[0], dev.examples)

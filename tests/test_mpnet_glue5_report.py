@@ -8,7 +8,7 @@ import os
 import pytest
 
 from bench.experiments import mpnet_glue5_report as report
-from compressor.results import row, write_results
+from compressor.core.results import row, write_results
 
 TEACHER = {"sst2": 94.0, "mrpc": 90.0, "stsb": 89.0, "rte": 66.0, "cola": 55.0}
 SCALE = {"sst2": 1.0, "mrpc": 1.2, "stsb": 1.1, "rte": 1.5, "cola": 0.8}   # each task's lengths

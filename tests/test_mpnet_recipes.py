@@ -21,8 +21,8 @@ def mpnet_teacher(tmp_path_factory, minilm_dir):
     import torch
     import transformers
 
-    from compressor.data import get_task
-    from compressor.models import checkpoint_meta, save_checkpoint
+    from compressor.core.data import get_task
+    from compressor.core.models import checkpoint_meta, save_checkpoint
     from tests.conftest import tiny_config
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
@@ -80,7 +80,7 @@ def held_out_teacher(teacher: str, out: str, glue_dir: str) -> str:
     draw recorded in its compressor.json), for the recipes that choose on held-out rows."""
     import shutil
 
-    from compressor.data import get_task, holdout, load_data
+    from compressor.core.data import get_task, holdout, load_data
 
     shutil.copytree(teacher, out)
     _, _, record = holdout.draw(load_data(get_task("sst2"), "train", glue_dir, 64), 16, 42)

@@ -10,8 +10,8 @@ import torch
 import transformers
 
 from conftest import tiny_config
-from compressor.data import get_task, load_split
-from compressor.models import checkpoint_meta, save_checkpoint
+from compressor.core.data import get_task, load_split
+from compressor.core.models import checkpoint_meta, save_checkpoint
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 PACKAGES = ("compressor", "export", "bench")
@@ -27,7 +27,7 @@ def dev():
 def teacher(tmp_path_factory, minilm_dir, dev):
     """A tiny random BERT SST-2 classifier with half the dev rows near its decision boundary,
     so that how a graph is run (padding, say) shows in its score."""
-    from compressor.scoring import predict_logits
+    from compressor.engine.scoring import predict_logits
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     torch.manual_seed(0)
@@ -46,7 +46,7 @@ def teacher(tmp_path_factory, minilm_dir, dev):
 def test_the_quantize_stage_the_benchmark_and_score_onnx_give_one_score(teacher, dev, tmp_path):
     from compressor.quantize import OrtMixedConfig, quantize
     from compressor.recipe import run_recipe
-    from compressor.results import read_results
+    from compressor.core.results import read_results
     from compressor.export.onnx import example_texts, score_onnx
     from compressor.export.runtime import Predictor
 

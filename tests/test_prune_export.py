@@ -17,11 +17,11 @@ import transformers
 from click.testing import CliRunner
 from onnx import helper, numpy_helper
 
-from compressor.data import get_task, load_split
+from compressor.core.data import get_task, load_split
 from compressor.export import Predictor, export_onnx
 from compressor.export.onnx import example_texts, optimize_graph
-from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
-from compressor.shapes import resize_layers, shape_of
+from compressor.core.models import checkpoint_meta, load_for_task, save_checkpoint
+from compressor.core.shapes import resize_layers, shape_of
 
 SST2 = get_task("sst2")
 SIZE = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128,
@@ -275,7 +275,7 @@ def test_dynamic_int8_of_a_pruned_export_agrees_with_fp32(arch, made, int8, dev)
 def test_bench_runs_on_pruned_export_folders(made, int8, dev, tmp_path):
     from compressor.bench.harness import BenchConfig
     from compressor.bench.suite import run_benchmark
-    from compressor.results import read_results
+    from compressor.core.results import read_results
 
     models = [f"{arch}-fp32={made[arch, True]['onnx']}" for arch in ARCHS] + \
         [f"{arch}-int8={int8[arch]}" for arch in ARCHS]

@@ -7,11 +7,11 @@ import torch
 import transformers
 
 from conftest import ARCHS, tiny_config, write_reviews
-from compressor.arch import arch_of
-from compressor.errors import CompressorError
-from compressor.models import count_parameters
+from compressor.core.arch import arch_of
+from compressor.core.errors import CompressorError
+from compressor.core.models import count_parameters
 from compressor.prune.configs import LayersPruneConfig
-from compressor.prune.job import PruneJob
+from compressor.engine.job import RecoveryJob
 from compressor.prune.layers import LayerDrop, keep_layers, prune_layers
 
 SENTENCES = ["the film was good, and long 3", "an awful, sad and poor film", "fine"]
@@ -24,7 +24,7 @@ def tokenizer(minilm_dir):
 
 @pytest.fixture(scope="module")
 def reviews(tmp_path_factory):
-    from compressor.data import read_user_file
+    from compressor.core.data import read_user_file
 
     root = tmp_path_factory.mktemp("reviews")
     train = read_user_file(write_reviews(root / "train.csv", 48), ["review"], "sentiment")
@@ -71,7 +71,7 @@ def make_job(model, tokenizer, reviews, recover=None, **settings):
     config = LayersPruneConfig(recover=recover or {"mode": "none"}, batch_size=16, max_length=16,
                                device="cpu", **settings)
     config.check()
-    return PruneJob(model, tokenizer, train, dev, config, torch.device("cpu"))
+    return RecoveryJob(model, tokenizer, train, dev, config, torch.device("cpu"))
 
 
 def layer_weights(model):
@@ -118,8 +118,8 @@ def test_each_rule_drops_the_right_layers(tokenizer, reviews, n, settings, kept)
 
 
 def test_every_other_matches_the_distillation_students_pick(tokenizer):
-    from compressor.distill.students import LayersStudent, build_student
-    from compressor.data import get_task
+    from compressor.engine.students import LayersStudent, build_student
+    from compressor.core.data import get_task
 
     teacher = build("bert", tokenizer, layers=6)
     student, _, note = build_student(LayersStudent(pick="every"), teacher, tokenizer, get_task("sst2"))
@@ -161,7 +161,7 @@ def test_pruned_model_equals_one_built_from_the_kept_layers(arch, tokenizer, rev
 
 @pytest.mark.parametrize("arch", ["bert", "mpnet"])
 def test_pruned_model_saves_and_loads_to_identical_logits(arch, tokenizer, reviews, tmp_path):
-    from compressor.models import checkpoint_meta, load_for_task, read_meta, save_checkpoint
+    from compressor.core.models import checkpoint_meta, load_for_task, read_meta, save_checkpoint
 
     model = build(arch, tokenizer)
     job = make_job(model, tokenizer, reviews, rule="every_other")
@@ -202,7 +202,7 @@ def test_importance_is_the_loss_rise_when_a_layer_is_skipped(tokenizer, reviews)
     assert record["dropped"] == [least]
 
 
-class MatchTheOriginal(PruneJob):
+class MatchTheOriginal(RecoveryJob):
     """A job whose loss is the squared distance from the unpruned model's top hidden states:
     nothing skipped costs 0, skipping a layer that changes them costs more."""
 
@@ -324,7 +324,7 @@ def test_layerdrop_draws_each_layer_anew_each_step_from_its_seed(tokenizer):
 
 
 def test_layerdrop_in_training_skips_layers_then_removes_its_hooks(tokenizer, reviews):
-    from compressor.train import TrainConfig, fit
+    from compressor.engine.train import TrainConfig, fit
 
     model = build("bert", tokenizer)
     before = layer_weights(model)

@@ -7,13 +7,13 @@ import pytest
 import torch
 import transformers
 
-from compressor.arch import arch_of
-from compressor.errors import CompressorError
+from compressor.core.arch import arch_of
+from compressor.core.errors import CompressorError
 from compressor.prune.configs import MagnitudePruneConfig, RecoverSettings, pruner_for
-from compressor.prune.job import PruneJob, frozen_copy
+from compressor.engine.job import RecoveryJob, frozen_copy
 from compressor.prune.magnitude import (MaskKeeper, chosen_weights, cubic_sparsity, magnitude_masks,
                                         prune_magnitude)
-from compressor.train import Callback, TrainState
+from compressor.engine.train import Callback, TrainState
 from conftest import tiny_config
 
 RECOVER = dict(epochs=1, batch_size=16, max_length=32, lr=2e-3, warmup=0.0, device="cpu", seed=0)
@@ -26,7 +26,7 @@ def tokenizer(minilm_dir):
 
 @pytest.fixture(scope="module")
 def sst2(glue_dir):
-    from compressor.data import load_split
+    from compressor.core.data import load_split
 
     return (load_split("sst2", "train", data_dir=glue_dir, limit=320),
             load_split("sst2", "dev", data_dir=glue_dir, limit=32))
@@ -47,7 +47,7 @@ def job_for(model, tokenizer, sst2, rows=None, **settings):
     if rows:
         train = dataclasses.replace(train, examples=train.examples[:rows])
     teacher = frozen_copy(model) if config.recover.mode == "distill" else None
-    return PruneJob(model, tokenizer, train, dev, config, torch.device("cpu"), teacher=teacher)
+    return RecoveryJob(model, tokenizer, train, dev, config, torch.device("cpu"), teacher=teacher)
 
 
 def zeros(w):
@@ -235,8 +235,8 @@ def test_gradual_needs_recovery(tokenizer, sst2):
 # -- the result is an ordinary checkpoint ------------------------------------------------
 
 def test_pruned_model_saves_and_loads_with_its_zeros(tokenizer, sst2, tmp_path):
-    from compressor.data import get_task
-    from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
+    from compressor.core.data import get_task
+    from compressor.core.models import checkpoint_meta, load_for_task, save_checkpoint
 
     model = classifier(tokenizer)
     keys = set(model.state_dict())

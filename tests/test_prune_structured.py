@@ -31,7 +31,7 @@ def _inputs():
 @pytest.mark.parametrize("arch", ["bert", "mpnet"])
 def test_masking_units_equals_removing_them(arch):
     from compressor.prune.structured import UnitMasks
-    from compressor.shapes import resize_layers, shape_of
+    from compressor.core.shapes import resize_layers, shape_of
 
     model = _classifier(arch)
     keep_heads = [[0, 2, 3], [1], [0, 1, 2, 3]]       # non-contiguous, one layer left whole
@@ -52,7 +52,7 @@ def test_masking_units_equals_removing_them(arch):
 
 
 class _Job:
-    """The parts of a PruneJob that importance scoring uses."""
+    """The parts of a RecoveryJob that importance scoring uses."""
 
     def __init__(self, model):
         self.model = model
@@ -63,13 +63,13 @@ class _Job:
         return iter(self._batches)
 
     def loss(self, model, batch):
-        from compressor.train import task_loss
+        from compressor.engine.train import task_loss
         return task_loss(model, dict(batch))
 
 
 @pytest.mark.parametrize("kind", ["gradient", "magnitude"])
 def test_importance_scores_a_dead_head_and_neuron_zero(kind):
-    from compressor.arch import arch_of
+    from compressor.core.arch import arch_of
     from compressor.prune.structured import gradient_importance, magnitude_importance
 
     model = _classifier("bert")
@@ -131,11 +131,11 @@ def sst2_model(tmp_path_factory, minilm_dir):
 
 
 def test_prune_api_writes_a_smaller_checkpoint_that_reloads_identically(tmp_path, sst2_model, glue_dir):
-    from compressor.data import get_task
-    from compressor.models import load_for_task, read_meta
+    from compressor.core.data import get_task
+    from compressor.core.models import load_for_task, read_meta
     from compressor.prune.stage import prune
-    from compressor.scoring import predict_logits
-    from compressor.data import load_data
+    from compressor.engine.scoring import predict_logits
+    from compressor.core.data import load_data
 
     out = tmp_path / "pruned"
     record = prune(sst2_model, str(out), {"method": "structured", "heads": 0.5, "ffn": 0.5,

@@ -8,12 +8,12 @@ import pytest
 import torch
 import transformers
 
-from compressor.arch import uses_token_type_ids
-from compressor.data import get_task, load_split
-from compressor.errors import CompressorError
-from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
+from compressor.core.arch import uses_token_type_ids
+from compressor.core.data import get_task, load_split
+from compressor.core.errors import CompressorError
+from compressor.core.models import checkpoint_meta, load_for_task, save_checkpoint
 from compressor.prune.configs import RecoverSettings, VocabPruneConfig, pruner_for
-from compressor.prune.job import PruneJob, frozen_copy
+from compressor.engine.job import RecoveryJob, frozen_copy
 
 from conftest import tiny_config
 
@@ -42,7 +42,7 @@ def make_job(model, tokenizer, sst2, **settings):
     config = VocabPruneConfig(**settings)
     config.check()
     train, dev = sst2
-    return PruneJob(model=model, tokenizer=tokenizer, train_set=train, dev_set=dev, config=config,
+    return RecoveryJob(model=model, tokenizer=tokenizer, train_set=train, dev_set=dev, config=config,
                     device=torch.device("cpu"))
 
 

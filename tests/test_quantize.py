@@ -9,14 +9,14 @@ import torch
 import transformers
 from click.testing import CliRunner
 
-from compressor.data import get_task, load_split
-from compressor.errors import CompressorError
-from compressor.models import checkpoint_meta, save_checkpoint
+from compressor.core.data import get_task, load_split
+from compressor.core.errors import CompressorError
+from compressor.core.models import checkpoint_meta, save_checkpoint
 from compressor.quantize import (IncDynamicConfig, IncStaticConfig, OrtAutoConfig, OrtDynamicConfig,
                                  OrtFP16Config, OrtMixedConfig, OrtQATConfig, OrtStaticConfig,
                                  TorchaoBF16Config, TorchaoDynamicConfig, load_quantized, quantize,
                                  quantize_config, resolve_preset)
-from compressor.scoring import predict_logits
+from compressor.engine.scoring import predict_logits
 from compressor.export.onnx import example_texts
 from compressor.export.runtime import Predictor
 
@@ -69,7 +69,7 @@ def test_presets_follow_the_hardware_and_can_be_overridden():
     assert resolve_preset("avx2").reduce_range and not resolve_preset("avx512_vnni").reduce_range
     assert resolve_preset("arm64").symmetric_activations
     assert resolve_preset("avx2", per_channel=False).per_channel is False
-    from compressor.quantize.presets import detect_preset
+    from compressor.core.presets import detect_preset
     assert detect_preset({"avx2", "avx512_vnni"}, "x86_64") == "avx512_vnni"
     assert detect_preset({"avx2", "avx512_vnni", "amx_int8"}, "x86_64") == "amx"
     assert detect_preset({"avx2"}, "x86_64") == "avx2"
@@ -237,7 +237,7 @@ def test_qat_exports_a_real_int8_model(tiny, data, tmp_path):
 
 
 def test_sensitivity_mixed_precision_and_accuracy_aware_choice(tiny, data, tmp_path):
-    from compressor.quantize.sensitivity import quantizable_units
+    from compressor.export.int8 import quantizable_units
 
     units = quantizable_units(os.path.join(tiny["onnx"], "model.onnx"), "layer")
     assert list(units) == ["embeddings", "layer.0", "layer.1"]

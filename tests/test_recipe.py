@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from compressor.errors import CompressorError
+from compressor.core.errors import CompressorError
 from compressor.recipe import (RecipeError, load_recipe, register_stage, run_recipe,
                                validate_recipe)
-from compressor.recipe.registry import all_stages
+from compressor.core.registry import all_stages
 
 
 def write(tmp_path, text, name="r.yaml"):
@@ -220,8 +220,8 @@ def _task_checkpoint(path, task_name, minilm_dir):
     import torch
     import transformers
 
-    from compressor.data import get_task
-    from compressor.models import checkpoint_meta, save_checkpoint
+    from compressor.core.data import get_task
+    from compressor.core.models import checkpoint_meta, save_checkpoint
     from tests.conftest import tiny_config
 
     task = get_task(task_name)

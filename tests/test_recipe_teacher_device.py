@@ -4,8 +4,8 @@ CUDA, and every recipe of the seed systems stopped at its first stage."""
 import numpy as np
 import torch
 
-import compressor.recipe.builtin  # noqa: F401  imported before any patch of compressor.device, so
-import compressor.scoring as scoring  # its own resolve_device is the real one once a patch is undone
+import compressor.recipe.stage  # noqa: F401  imported before any patch of compressor.core.device, so
+import compressor.engine.scoring as scoring  # its own resolve_device is the real one once a patch is undone
 from compressor.recipe import run_recipe
 from tests.conftest import save_sst2_classifier
 
@@ -17,8 +17,8 @@ def test_the_teacher_and_its_batches_are_on_one_device(tmp_path, minilm_dir, glu
                       "stages:\n  - evaluate: {split: dev}\n")
     # a device other than the CPU the checkpoint loads on ('meta': no GPU needed)
     other = torch.device("meta")
-    monkeypatch.setattr("compressor.device.resolve_device", lambda *a, **k: other)
-    monkeypatch.setattr("compressor.recipe.builtin.resolve_device", lambda *a, **k: other)
+    monkeypatch.setattr("compressor.core.device.resolve_device", lambda *a, **k: other)
+    monkeypatch.setattr("compressor.recipe.stage.resolve_device", lambda *a, **k: other)
     seen = []
 
     def spy(model, tokenizer, examples, max_length, batch_size=64, device=None, **kw):

@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from compressor.cli import cli
-from compressor.errors import CompressorError
-from compressor.results import REQUIRED, row, write_results
+from compressor.core.errors import CompressorError
+from compressor.core.results import REQUIRED, row, write_results
 
 
 def _timed(name, group, p50, value, teacher=90.0, threads=1, engine="onnxruntime"):
@@ -156,7 +156,7 @@ def test_results_without_timings_get_a_score_table():
 
 def test_every_committed_result_is_one_results_format_and_renders(tmp_path):
     from compressor.bench.report import collect, markdown, write_report_files
-    from compressor.results import FORMAT
+    from compressor.core.results import FORMAT
 
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "results")
     files = sorted(os.path.join(here, f) for f in os.listdir(here)
@@ -178,7 +178,7 @@ def test_every_committed_result_is_one_results_format_and_renders(tmp_path):
 
 
 def test_commands_name_paths_as_typed_from_the_checkout(tmp_path, monkeypatch):
-    from compressor.results import command_line, run_command
+    from compressor.core.results import command_line, run_command
 
     monkeypatch.chdir(tmp_path)
     script = str(tmp_path / ".venv" / "bin" / "compressor")

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from compressor.cli import main
-from compressor.data import get_task
-from compressor.errors import CompressorError
-from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
+from compressor.core.data import get_task
+from compressor.core.errors import CompressorError
+from compressor.core.models import checkpoint_meta, load_for_task, save_checkpoint
 from compressor.quantize import load_quantized, resolve_preset
 from compressor.quantize.torch_int8 import quantize_torchao, save_quantized
 from test_cli import assert_one_line_error

@@ -12,9 +12,9 @@ import transformers
 
 from conftest import save_sst2_classifier, tiny_config
 
-from compressor.errors import CompressorError
-from compressor.models import count_parameters
-from compressor.share.layers import factorise_embedding, share_layers
+from compressor.core.errors import CompressorError
+from compressor.core.models import count_parameters
+from compressor.core.sharing import factorise_embedding, share_layers
 
 
 def _classifier(arch="bert", layers=4, seed=0):
@@ -29,7 +29,7 @@ def _classifier(arch="bert", layers=4, seed=0):
 
 
 def _layers(model):
-    from compressor.arch import arch_of
+    from compressor.core.arch import arch_of
     return arch_of(model).get_layers(model)
 
 
@@ -83,7 +83,7 @@ def test_mean_and_index_initialisation_and_what_is_shared():
 
 def test_storage_is_counted_once(tmp_path):
     from safetensors import safe_open
-    from compressor.models import save_model
+    from compressor.core.models import save_model
 
     model = _classifier()
     per_layer = sum(p.numel() for p in _layers(model)[0].parameters())
@@ -102,8 +102,8 @@ def test_storage_is_counted_once(tmp_path):
 
 @pytest.mark.parametrize("arch", ["bert", "mpnet"])
 def test_save_load_gives_identical_logits(tmp_path, arch, minilm_dir):
-    from compressor.data import get_task
-    from compressor.models import checkpoint_meta, load_for_task, read_meta, save_checkpoint
+    from compressor.core.data import get_task
+    from compressor.core.models import checkpoint_meta, load_for_task, read_meta, save_checkpoint
 
     tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     model = _classifier(arch, layers=3)
@@ -145,9 +145,9 @@ def test_onnx_export_stores_a_shared_weight_once(tmp_path, minilm_dir):
     import onnx
     from onnx import numpy_helper
 
-    from compressor.data import Example, get_task
+    from compressor.core.data import Example, get_task
     from compressor.export.onnx import export_onnx
-    from compressor.models import checkpoint_meta, save_checkpoint
+    from compressor.core.models import checkpoint_meta, save_checkpoint
 
     tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     model = _classifier(layers=2)
@@ -173,7 +173,7 @@ def test_onnx_export_stores_a_shared_weight_once(tmp_path, minilm_dir):
 
 
 def test_bad_settings_are_one_line():
-    from compressor.settings import config_from_dict
+    from compressor.core.settings import config_from_dict
     from compressor.share.configs import ShareConfig
 
     for values, words in (({"share": "everything"}, "unknown share 'everything'"),
@@ -193,7 +193,7 @@ def test_bad_settings_are_one_line():
 
 
 def test_layers_of_different_shapes_cannot_share():
-    from compressor.shapes import resize_layers
+    from compressor.core.shapes import resize_layers
 
     model = _classifier(layers=2)
     resize_layers(model, heads=[4, 2])
@@ -202,7 +202,7 @@ def test_layers_of_different_shapes_cannot_share():
 
 
 def test_share_api_recovers_and_saves(tmp_path, minilm_dir, glue_dir):
-    from compressor.models import load_for_task, read_meta
+    from compressor.core.models import load_for_task, read_meta
     from compressor.share import share
 
     source = save_sst2_classifier(tmp_path / "model", minilm_dir)
@@ -221,9 +221,9 @@ def test_share_api_recovers_and_saves(tmp_path, minilm_dir, glue_dir):
 
 
 def test_adapters_start_from_each_layers_difference_and_round_trip(tmp_path, minilm_dir):
-    from compressor.data import get_task
-    from compressor.models import checkpoint_meta, load_for_task, read_meta, save_checkpoint
-    from compressor.share.layers import LowRankAdapted
+    from compressor.core.data import get_task
+    from compressor.core.models import checkpoint_meta, load_for_task, read_meta, save_checkpoint
+    from compressor.core.sharing import LowRankAdapted
 
     base = _classifier(layers=2)
     original = [layer.intermediate.dense.weight.detach().clone() for layer in _layers(base)]
@@ -250,7 +250,7 @@ def test_adapters_start_from_each_layers_difference_and_round_trip(tmp_path, min
 
 def test_share_command_writes_a_shared_model_and_refuses_bad_settings(tmp_path, capsys, minilm_dir, glue_dir):
     from compressor.cli import main
-    from compressor.models import read_meta
+    from compressor.core.models import read_meta
     from test_cli import assert_one_line_error, run_cli
 
     source = save_sst2_classifier(tmp_path / "model", minilm_dir)

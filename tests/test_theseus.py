@@ -29,14 +29,14 @@ def _inputs():
 
 class _State:
     def __init__(self, model, total_steps=10, seed=0):
-        from compressor.train import TrainConfig
+        from compressor.engine.train import TrainConfig
         self.model, self.total_steps, self.step, self.world_size = model, total_steps, 0, 1
         self.config = TrainConfig(seed=seed)
 
 
 @pytest.mark.parametrize("arch,init", [("bert", "last"), ("mpnet", "first"), ("bert", "prefix")])
 def test_p1_runs_the_successors_and_p0_the_predecessor(arch, init):
-    from compressor.arch import arch_of
+    from compressor.core.arch import arch_of
     from compressor.theseus.replace import Replacing, TheseusGroup, successor_model, theseus_model
 
     model = _classifier(arch)
@@ -113,7 +113,7 @@ def test_the_linear_schedule_rises_to_one():
 
 @pytest.fixture(scope="module")
 def sst2(glue_dir):
-    from compressor.data import get_task, load_data
+    from compressor.core.data import get_task, load_data
 
     task = get_task("sst2")
     return load_data(task, "train", glue_dir, 48), load_data(task, "dev", glue_dir, 24)
@@ -122,7 +122,7 @@ def sst2(glue_dir):
 def test_phase_one_leaves_the_predecessor_as_it_was(sst2, minilm_dir):
     from compressor.theseus.replace import Replacing, groups_of, theseus_model
     from compressor.theseus.stage import TheseusLoss
-    from compressor.train import TrainConfig, fit
+    from compressor.engine.train import TrainConfig, fit
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     model = _classifier("bert", vocab=tokenizer.vocab_size)
@@ -147,8 +147,8 @@ def test_phase_one_leaves_the_predecessor_as_it_was(sst2, minilm_dir):
 
 @pytest.mark.parametrize("arch", ["bert", "mpnet"])
 def test_the_result_is_a_plain_smaller_model_that_reloads_identically(arch, sst2, minilm_dir, tmp_path):
-    from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
-    from compressor.scoring import predict_logits
+    from compressor.core.models import checkpoint_meta, load_for_task, save_checkpoint
+    from compressor.engine.scoring import predict_logits
     from compressor.theseus.config import TheseusConfig
     from compressor.theseus.replace import TheseusGroup
     from compressor.theseus.stage import run_theseus
@@ -252,8 +252,8 @@ stages:
 def test_the_api_writes_a_checkpoint_and_its_record(tmp_path, minilm_dir, glue_dir):
     import json
 
-    from compressor.errors import CompressorError
-    from compressor.models import load_for_task
+    from compressor.core.errors import CompressorError
+    from compressor.core.models import load_for_task
     from compressor.theseus import theseus
 
     model = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
@@ -271,7 +271,7 @@ def test_the_api_writes_a_checkpoint_and_its_record(tmp_path, minilm_dir, glue_d
 
 def test_theseus_command_writes_the_smaller_model(tmp_path, capsys, minilm_dir, glue_dir):
     from compressor.cli import main
-    from compressor.models import load_for_task
+    from compressor.core.models import load_for_task
 
     model = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
     main(["theseus", "--model", model, "--out", str(tmp_path / "small"), "--set", "num_layers=1",

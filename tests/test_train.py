@@ -6,9 +6,9 @@ import pytest
 import torch
 import transformers
 
-from compressor.errors import CompressorError
-from compressor.scoring import evaluate, predict
-from compressor.train import TrainConfig, finetune
+from compressor.core.errors import CompressorError
+from compressor.engine.scoring import evaluate, predict
+from compressor.engine.train import TrainConfig, finetune
 from conftest import write_reviews
 
 QUICK = dict(epochs=1, batch_size=16, max_length=32, lr=1e-3, device="cpu")
@@ -46,10 +46,10 @@ def test_same_seed_same_result(tiny_models, glue_dir, tmp_path):
 
 def test_training_learns_a_learnable_task(tiny_models, tmp_path):
     """On a user file whose label is visible in the text, a tiny model must get far above chance."""
-    from compressor.data import read_user_file
-    from compressor.models import load_for_task
-    from compressor.scoring import score
-    from compressor.train import fit, set_seed
+    from compressor.core.data import read_user_file
+    from compressor.core.models import load_for_task
+    from compressor.engine.scoring import score
+    from compressor.engine.train import fit, set_seed
 
     data = read_user_file(write_reviews(tmp_path / "train.csv", 400), ["review"], "sentiment")
     set_seed(0)
@@ -121,7 +121,7 @@ def test_mixed_precision_where_this_machine_allows_it(tiny_models, glue_dir, tmp
 def test_bf16_on_a_cpu_that_emulates_it_says_so_once(capsys, monkeypatch):
     """An x86 CPU without AVX-512 BF16 or AMX runs bf16 emulated (about ten times slower than
     fp32 here): one line on stderr, once; none where the CPU has bf16 or on ARM."""
-    from compressor import device
+    from compressor.core import device
 
     monkeypatch.setattr(device, "_WARNED", set())
     assert not device._warn_emulated_bf16({"avx2", "avx512_bf16"}, "x86_64")
@@ -159,7 +159,7 @@ def test_own_files_finetune_eval_and_predict(tiny_models, tmp_path, capsys):
 
 
 def test_dev_label_unknown_to_training_names_file_and_line(tiny_models, tmp_path):
-    from compressor.data import UserData
+    from compressor.core.data import UserData
 
     train = write_reviews(tmp_path / "train.csv", 16)
     dev = tmp_path / "dev.csv"

@@ -2,8 +2,8 @@
 folder, one per example, each once, with none of the task's dev sentences."""
 import pytest
 
-from compressor.data import get_task, load_data, unlabelled_text
-from compressor.errors import CompressorError
+from compressor.core.data import get_task, load_data, unlabelled_text
+from compressor.core.errors import CompressorError
 
 
 def test_the_pool_holds_every_tasks_training_sentences_and_none_of_the_dev_set(glue_dir):

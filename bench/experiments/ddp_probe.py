@@ -33,8 +33,8 @@ def allreduce_bandwidth(numel: int = 67_000_000, repeats: int = 5) -> float:
 def main():
     tok_dir, glue, batch, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     profile = "--profile" in sys.argv
-    from compressor import distributed
-    from compressor.data import load_split
+    from compressor.core import distributed
+    from compressor.core.data import load_split
     from compressor.distill import distiller
 
     world = distributed.world_size()

@@ -48,7 +48,7 @@ def comparisons(runs: dict) -> dict:
 
 
 def rows(teacher: dict, runs: dict) -> list:
-    from compressor.results import row
+    from compressor.core.results import row
 
     out = [row("mpnet-base-teacher", "sst2", "accuracy", teacher["dev_accuracy"],
                parameters=teacher.get("parameters"), size_bytes=None, device="cuda",
@@ -65,7 +65,7 @@ def main(work: str, out: str) -> dict:
     import accelerate
     import torch
 
-    from compressor.results import fingerprint, write_results
+    from compressor.core.results import fingerprint, write_results
 
     teacher_record = json.load(open(os.path.join(work, "teacher", "metrics.json")))
     teacher = {"dev_accuracy": round(100 * teacher_record["metrics"]["accuracy"], 2),

@@ -15,10 +15,10 @@ import shlex
 import sys
 
 from compressor.distill import DistillConfig, distill
-from compressor.models import size_on_disk
-from compressor.io import read_json
-from compressor.results import row, write_results
-from compressor.train import TrainConfig, finetune
+from compressor.core.models import size_on_disk
+from compressor.core.io import read_json
+from compressor.core.results import row, write_results
+from compressor.engine.train import TrainConfig, finetune
 
 # The teacher's own settings (lr 5e-5, batch 32, 3 epochs, dev every 500 steps), so that a
 # student trained on labels alone is the teacher's fine-tuning recipe applied to the student.

@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     parser.add_argument("--work", default=None, help="keep the exported folders here")
     args = parser.parse_args(argv)
 
-    from compressor.data import load_split
+    from compressor.core.data import load_split
     from compressor.export.onnx import example_texts, export_onnx, score_onnx
     from compressor.exit.configs import ExitExportConfig
     from compressor.exit.model import EarlyExitModel
@@ -56,13 +56,13 @@ def main(argv=None) -> int:
     from compressor.exit.segments import export_segments
     from compressor.exit.train import layer_widths
     from compressor.export.runtime import Predictor
-    from compressor.io import read_json, write_bytes
-    from compressor.metrics import compute_metrics, task_score
-    from compressor.models import checkpoint_meta, load_for_task, save_checkpoint, read_meta
-    from compressor.quantize.onnx_int8 import quantize_dynamic_onnx, write_export
-    from compressor.quantize.presets import resolve_preset
-    from compressor.results import command_line, row, write_results
-    from compressor.scoring import _task_for
+    from compressor.core.io import read_json, write_bytes
+    from compressor.core.metrics import compute_metrics, task_score
+    from compressor.core.models import checkpoint_meta, load_for_task, save_checkpoint, read_meta
+    from compressor.export.int8 import quantize_dynamic_onnx, write_export
+    from compressor.core.presets import resolve_preset
+    from compressor.core.results import command_line, row, write_results
+    from compressor.engine.scoring import _task_for
 
     start = time.perf_counter()
     work = args.work or tempfile.mkdtemp(prefix="early-exit-bench-")

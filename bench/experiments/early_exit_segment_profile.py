@@ -14,7 +14,7 @@ import numpy as np
 
 from compressor.exit.runtime import SegmentChain
 from compressor.export.runtime import Predictor
-from compressor.data import get_task, load_data
+from compressor.core.data import get_task, load_data
 from compressor.export.onnx import example_texts
 chain_dir, int8_dir = (sys.argv[1:3] if len(sys.argv) > 2 else
                        ("runs/mpnet-cpu/ee-cola/02-early_exit_export", "runs/mpnet-cpu/cola-holdout-int8"))

@@ -20,9 +20,9 @@ import argparse
 import os
 from typing import Dict, List, Optional, Sequence
 
-from compressor.data import get_task
-from compressor.io import read_json, save_figure, write_json, write_text
-from compressor.results import read_results
+from compressor.core.data import get_task
+from compressor.core.io import read_json, save_figure, write_json, write_text
+from compressor.core.results import read_results
 
 TASKS = ("sst2", "mrpc", "stsb", "rte", "cola")
 VARIANTS = (  # (name in the bench, label)

@@ -13,8 +13,8 @@ import sys
 import time
 from dataclasses import asdict
 
-from compressor.results import training_row, write_results
-from compressor.train import TrainConfig, finetune
+from compressor.core.results import training_row, write_results
+from compressor.engine.train import TrainConfig, finetune
 
 # The plain Hugging Face reference loop: lr 5e-5, batch 32, linear decay without warm-up
 # or weight decay; SST-2 3 epochs, the small tasks 5 (smaller batches for the pair tasks).

@@ -5,7 +5,7 @@
 Each path runs in a fresh process that loads the model and labels one
 sentence: the ONNX ``Predictor`` inside an environment holding only
 onnxruntime, tokenizers and numpy (``compressor.export.edge``), the PyTorch path in this
-environment through ``compressor.models.load_for_task``.
+environment through ``compressor.core.models.load_for_task``.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ print(json.dumps({"label": label, "cold_start_s": time.perf_counter() - t,
 
 TORCH_SNIPPET = _PREAMBLE + """import torch
 torch.set_num_threads(1)
-from compressor.models import load_for_task
+from compressor.core.models import load_for_task
 net, tok = load_for_task(sys.argv[1])
 net.eval()
 with torch.inference_mode():
@@ -50,8 +50,8 @@ print(json.dumps({"label": label, "cold_start_s": time.perf_counter() - t,
 
 
 def measure(export_dir: str, checkpoint: str) -> list:
-    from compressor.models import count_parameters, load_for_task, size_on_disk
-    from compressor.results import row
+    from compressor.core.models import count_parameters, load_for_task, size_on_disk
+    from compressor.core.results import row
     from compressor.export.edge import RUNTIME_PACKAGES, build_runtime_env, distribution_closure, install_bytes
     from compressor.export.onnx import read_manifest
 
@@ -85,7 +85,7 @@ def measure(export_dir: str, checkpoint: str) -> list:
 
 
 def main(argv=None) -> None:
-    from compressor.results import command_line, write_results
+    from compressor.core.results import command_line, write_results
 
     parser = argparse.ArgumentParser(prog="python -m bench.experiments.footprint")
     parser.add_argument("export_dir")

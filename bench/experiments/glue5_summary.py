@@ -1,5 +1,5 @@
 """The GLUE-5 teachers' figures (``mpnet_glue5_teachers.sh``) as a results file: each task's
-dev metrics and score (``compressor.metrics.task_score``: the mean of a task's metrics, as
+dev metrics and score (``compressor.core.metrics.task_score``: the mean of a task's metrics, as
 the GLUE leaderboard averages F1/accuracy and Pearson/Spearman) and the GLUE-5 score, the
 mean over SST-2, MRPC, STS-B, RTE and CoLA.
 
@@ -16,7 +16,7 @@ TASKS = ("sst2", "mrpc", "stsb", "rte", "cola")
 
 
 def main(runs: str, out: str, command: str, suffix: str = "") -> dict:
-    from compressor.results import row, write_results
+    from compressor.core.results import row, write_results
 
     rows, scores, teachers = [], {}, {}
     for task in TASKS:

@@ -29,7 +29,7 @@ def _command(results: str, folder: str) -> str:
 
 
 def _model_row(name: str, record: dict, teacher: dict, **extra) -> dict:
-    from compressor.results import row
+    from compressor.core.results import row
 
     before = teacher["parameters"]
     return row(name, "sst2", "accuracy", round(record["score"], 2), round(teacher["score"], 2),
@@ -39,14 +39,14 @@ def _model_row(name: str, record: dict, teacher: dict, **extra) -> dict:
 
 
 def _teacher_row(name: str, teacher: dict) -> dict:
-    from compressor.results import row
+    from compressor.core.results import row
 
     return row(name, "sst2", "accuracy", round(teacher["score"], 2), parameters=teacher["parameters"],
                size_bytes=teacher.get("size_bytes"), extra={"selection": "none (last weights)"})
 
 
 def theseus(results: str) -> None:
-    from compressor.results import write_results
+    from compressor.core.results import write_results
 
     fam = os.path.join(results, FAMILY)
     teacher = _load(fam, "teacher")
@@ -87,7 +87,7 @@ RANKS = [32, 64, 80, 128, 256]
 
 
 def sharing(results: str) -> None:
-    from compressor.results import write_results
+    from compressor.core.results import write_results
 
     fam = os.path.join(results, FAMILY)
     teacher = _load(fam, "teacher")
@@ -119,7 +119,7 @@ def _rank_plot(rows, teacher, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from compressor.io import save_figure
+    from compressor.core.io import save_figure
 
     pts = [(r["extra"]["rank"], r["value"], r["parameters"]) for r in rows[1:]]
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -139,7 +139,7 @@ def _rank_plot(rows, teacher, path) -> None:
 
 def pruning(results: str) -> None:
     from bench.experiments.prune_recovery_curve import write_curve
-    from compressor.results import write_results
+    from compressor.core.results import write_results
 
     fam = os.path.join(results, FAMILY)
     records = {share: _load(fam, f"prune-{share:g}") for share in (0.25, 0.5, 0.75)}

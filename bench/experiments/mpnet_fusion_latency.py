@@ -12,7 +12,7 @@ batch 1 on real SST-2 dev sentences with 1 and 2 intra-op threads, each variant 
 process per round (``--time``: the harness's ``build`` and timer on one ``Predictor``), the
 order rotating from round to round so drift on this shared machine hits every variant alike.
 Speed of fused against unfused is also taken round by round (``speed_vs_unfused_paired``).
-Writes ``compressor.results`` JSON.
+Writes ``compressor.core.results`` JSON.
 
     flock -x /tmp/cpu.lock .venv/bin/python -m bench.experiments.mpnet_fusion_latency \\
         --model /tmp/mpnet-base-fp32 --out bench/results/mpnet-fusion-latency.json
@@ -42,9 +42,9 @@ def build_models(model: str, work: str, data_dir: str, dev) -> tuple:
     import torch
     import transformers
 
-    from compressor.data import get_task
+    from compressor.core.data import get_task
     from compressor.export import onnx as onnx_export
-    from compressor.models import checkpoint_meta, save_checkpoint
+    from compressor.core.models import checkpoint_meta, save_checkpoint
     from compressor.quantize import OrtDynamicConfig, quantize
 
     ckpt = os.path.join(work, "ckpt")
@@ -86,7 +86,7 @@ def time_one(folder: str, name: str, data_dir: str, sentences: int, warmup: int,
     ``long``: each input is dev sentences joined to at least ``long`` words (the tokenizer then
     cuts it at the export's max length, 128 tokens)."""
     from compressor.bench.harness import Spec, build, interleaved_latency, sample_texts
-    from compressor.data import load_split
+    from compressor.core.data import load_split
 
     dev = load_split("sst2", "dev", data_dir=data_dir)
     texts = sample_texts(dev.examples, sentences * (8 if long else 1), 0)
@@ -141,8 +141,8 @@ def main():
     import numpy as np
 
     from compressor.bench.harness import fingerprint, percentiles
-    from compressor.data import load_split
-    from compressor.results import command_line, row, shown_path, write_results
+    from compressor.core.data import load_split
+    from compressor.core.results import command_line, row, shown_path, write_results
 
     start = time.perf_counter()
     dev = load_split("sst2", "dev", data_dir=args.data_dir)

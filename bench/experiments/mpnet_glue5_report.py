@@ -56,9 +56,9 @@ import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from compressor.bench.report import GROUP_COLOURS, _fingerprint_text, _mb, _num, html_document, pareto
-from compressor.errors import CompressorError
-from compressor.io import write_bytes, write_json, write_text
-from compressor.results import read_results
+from compressor.core.errors import CompressorError
+from compressor.core.io import write_bytes, write_json, write_text
+from compressor.core.results import read_results
 
 TASKS = ("sst2", "mrpc", "stsb", "rte", "cola")
 TEACHER = ("teacher", "fp32")          # the baseline: the teacher in PyTorch FP32

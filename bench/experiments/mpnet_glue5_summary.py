@@ -1,7 +1,7 @@
 """The headline's accuracy so far (issue 14), from the GPU runs' metrics under
 ``bench/results/mpnet-glue5/``: per task, each teacher run and each model made from it, its
 dev score and retention (against the teacher of the same run), and the GLUE-5 score where
-all five tasks are there. Writes ``summary.json`` (compressor.results) and ``summary.md``.
+all five tasks are there. Writes ``summary.json`` (compressor.core.results) and ``summary.md``.
 
     python -m bench.experiments.mpnet_glue5_summary bench/results/mpnet-glue5
 
@@ -147,7 +147,7 @@ def collect_seeds(root: str) -> list:
                         "parameters": last.get("parameters"), "size_bytes": last.get("size_bytes")})
     # each device session fine-tunes its own teachers: one label (the report merges tasks' rows by
     # label) names every task's scores where they differ
-    from compressor.data import get_task
+    from compressor.core.data import get_task
 
     for kind in TEACHER_LABELS:
         spread = [f"{get_task(task).folder} " + "/".join(f"{x:.2f}" for x in sorted(row["scores"]))
@@ -178,7 +178,7 @@ def _glue5_label(rows: list) -> str:
     run differed (a search made on dev in an earlier session, say), each with its own note."""
     from collections import Counter
 
-    from compressor.data import get_task
+    from compressor.core.data import get_task
 
     common = Counter(e["label"] for e in rows).most_common(1)[0][0]
     odd = [f"{get_task(e['task']).folder}: {e['note'].lstrip(', ') or 'without that'}"
@@ -239,7 +239,7 @@ def glue5(entries, run, model) -> dict:
 
 
 def main(root: str) -> dict:
-    from compressor.results import row, write_results
+    from compressor.core.results import row, write_results
 
     entries = collect(root) + collect_seeds(root)
     rows = [row(f"{e['run']}/{e['task']}/{e['model']}", e["task"], "score", e["score"], e["teacher"],

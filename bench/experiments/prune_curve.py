@@ -2,14 +2,14 @@
 against the share of heads, of FFN neurons, or of both removed from a task checkpoint.
 
 Each point is the real method (``compressor.prune.structured.prune_structured`` on a
-``PruneJob``, ``recover.mode none``, one iteration, global scope, head importance
+``RecoveryJob``, ``recover.mode none``, one iteration, global scope, head importance
 ``gradient``, FFN importance ``taylor``, on ``importance_rows`` training rows) applied to a
 fresh copy of the unpruned model: heads only, FFN only, and the same share of both, at
 0.1 .. 0.9. As in Michel et al. (2019, fig. 2), every point prunes from the same scores of
 the unpruned model, so the importance pass runs once and is handed to each call (the
 method's ``importance`` is swapped for the cached scores, checked to be asked of an unpruned
 model with the same importance kinds); selection, resizing and scoring are the method's
-own. Every point is scored on all dev rows. Writes ``compressor.results`` JSON and a PNG.
+own. Every point is scored on all dev rows. Writes ``compressor.core.results`` JSON and a PNG.
 
     flock /tmp/compressor-cpu.lock .venv/bin/python -m bench.experiments.prune_curve \\
         --teacher runs/demo-teacher --out bench/results/prune-curve-demo-teacher.json
@@ -34,7 +34,7 @@ def log(msg):
 @contextlib.contextmanager
 def cached_importance(module, scores, shape):
     """``module.importance`` returns ``scores`` (computed once on the unpruned model) while inside."""
-    from compressor.shapes import shape_of
+    from compressor.core.shapes import shape_of
 
     real = module.importance
     kinds = (scores["head_importance"], scores["ffn_importance"])
@@ -58,7 +58,7 @@ def plot(points: dict, teacher: float, majority: float, path: str, title: str) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from compressor.io import save_figure
+    from compressor.core.io import save_figure
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     labels = {"heads": "heads only (gradient)", "ffn": "FFN neurons only (Taylor)",
@@ -94,14 +94,14 @@ def main():
 
     import compressor.prune.structured as structured
     from compressor.bench.harness import fingerprint
-    from compressor.data import load_split
-    from compressor.loaders import read_meta
-    from compressor.models import count_parameters, load_for_task
+    from compressor.core.data import load_split
+    from compressor.core.loaders import read_meta
+    from compressor.core.models import count_parameters, load_for_task
     from compressor.prune.configs import RecoverSettings, StructuredPruneConfig
-    from compressor.prune.job import PruneJob
-    from compressor.results import command_line, row, shown_path, write_results
-    from compressor.shapes import shape_of
-    from compressor.train import set_seed
+    from compressor.engine.job import RecoveryJob
+    from compressor.core.results import command_line, row, shown_path, write_results
+    from compressor.core.shapes import shape_of
+    from compressor.engine.train import set_seed
 
     start = time.perf_counter()
     fractions = [float(f) for f in args.fractions.split(",")]
@@ -124,7 +124,7 @@ def main():
 
     base = config_for(0.5, 0.5)
     set_seed(base.seed)
-    job = PruneJob(copy.deepcopy(teacher), tokenizer, train, dev, base, device)
+    job = RecoveryJob(copy.deepcopy(teacher), tokenizer, train, dev, base, device)
     unpruned = job.evaluate(desc="score unpruned")
     log(f"unpruned: {unpruned['score']:.2f}")
     t = time.perf_counter()
@@ -146,7 +146,7 @@ def main():
                 config = config_for(f if kind in ("heads", "both") else 0.0,
                                     f if kind in ("ffn", "both") else 0.0)
                 set_seed(config.seed)
-                job = PruneJob(copy.deepcopy(teacher), tokenizer, train, dev, config, device)
+                job = RecoveryJob(copy.deepcopy(teacher), tokenizer, train, dev, config, device)
                 t = time.perf_counter()
                 record = structured.prune_structured(job, config)
                 step = record["steps"][-1]

@@ -1,7 +1,7 @@
 """Does removing heads and FFN neurons make a model faster on CPU? The MiniLM-L6 SST-2 teacher
 against the same model resized to the per-layer shape that structured pruning reached.
 
-The pruned variant is the teacher resized (``compressor.shapes.resize_layers``) to the heads
+The pruned variant is the teacher resized (``compressor.core.shapes.resize_layers``) to the heads
 and FFN neurons each layer kept in a structured pruning run (``--shape-from``: a results JSON
 whose pruned row has ``extra.heads_after`` and ``extra.ffn_after``; else ``--heads``/``--ffn``).
 Which units are kept does not change the speed; the highest-magnitude ones are kept
@@ -12,7 +12,7 @@ fused attention nodes checked against each layer's head count) and its ORT dynam
 (``quantize``, preset ``auto``). The four graphs are timed at batch 1 on real SST-2 dev
 sentences with one thread, each variant in its own process, in rounds whose order rotates
 (``bench.experiments.sparse_latency``'s timer); the speed-up against the teacher of the same
-precision is taken pooled and paired round by round. Writes ``compressor.results`` JSON.
+precision is taken pooled and paired round by round. Writes ``compressor.core.results`` JSON.
 
 With ``--pruned CKPT`` (a checkpoint that ``compressor prune`` wrote, recovered) that model is
 timed and scored instead of a resized copy, so its dev accuracy is the method's own:
@@ -65,10 +65,10 @@ def read_shape(path, row_name, heads, ffn) -> dict:
 def build_pruned(teacher: str, shape: dict, out: str) -> dict:
     """The teacher resized to ``shape``, keeping each layer's highest-magnitude heads and
     neurons, saved as a checkpoint; returns what was kept."""
-    from compressor.loaders import read_meta
-    from compressor.models import count_parameters, load_for_task, save_checkpoint
+    from compressor.core.loaders import read_meta
+    from compressor.core.models import count_parameters, load_for_task, save_checkpoint
     from compressor.prune.structured import magnitude_importance, select
-    from compressor.shapes import resize_layers, shape_of
+    from compressor.core.shapes import resize_layers, shape_of
 
     model, tokenizer = load_for_task(teacher)
     before = shape_of(model)
@@ -92,8 +92,8 @@ def build_pruned(teacher: str, shape: dict, out: str) -> dict:
 
 def read_pruned(pruned: str) -> dict:
     """What a checkpoint that ``compressor prune`` wrote kept, as build_pruned returns it."""
-    from compressor.models import count_parameters, load_for_task
-    from compressor.shapes import shape_of
+    from compressor.core.models import count_parameters, load_for_task
+    from compressor.core.shapes import shape_of
 
     model, _ = load_for_task(pruned)
     after = shape_of(model)
@@ -135,14 +135,14 @@ def main():
     args = ap.parse_args()
 
     from compressor.bench.harness import fingerprint, percentiles
-    from compressor.data import load_split
+    from compressor.core.data import load_split
     from compressor.export import export_onnx
     from compressor.export.onnx import score_onnx
-    from compressor.models import count_parameters, load_for_task
+    from compressor.core.models import count_parameters, load_for_task
     from compressor.quantize import quantize
     from compressor.quantize.configs import quantize_config
-    from compressor.results import command_line, row, shown_path, write_results
-    from compressor.shapes import shape_of
+    from compressor.core.results import command_line, row, shown_path, write_results
+    from compressor.core.shapes import shape_of
 
     start = time.perf_counter()
     if args.pruned:

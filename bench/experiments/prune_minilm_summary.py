@@ -20,7 +20,7 @@ WHAT = ("MiniLM-L6 SST-2 teacher; half of all attention heads (gradient importan
 
 
 def main(folder: str, out: str) -> dict:
-    from compressor.results import row, write_results
+    from compressor.core.results import row, write_results
 
     teacher = json.load(open(os.path.join(folder, "teacher-metrics.json")))
     pruned = json.load(open(os.path.join(folder, "pruned-metrics.json")))

@@ -9,7 +9,7 @@ import sys
 
 
 def main(folder: str, out: str, command: str) -> dict:
-    from compressor.results import fingerprint, row, write_results
+    from compressor.core.results import fingerprint, row, write_results
 
     record = json.load(open(os.path.join(folder, "metrics.json")))
     before = round(record["score_before"], 2)

@@ -23,7 +23,7 @@ def write_curve(records: dict, out: str, command: str, selection: str, base_name
                 what: str) -> dict:
     """One results file and its plot from ``{share removed: the prune run's metrics.json}``;
     ``selection`` says how the recovered figure was chosen ("best-of-dev" or "none")."""
-    from compressor.results import fingerprint, row, write_results
+    from compressor.core.results import fingerprint, row, write_results
 
     points = []
     for share in sorted(records):
@@ -53,7 +53,7 @@ def _plot(points, base, path, title, base_name, selection):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from compressor.io import save_figure
+    from compressor.core.io import save_figure
 
     x = [p["share"] for p in points]
     fig, ax = plt.subplots(figsize=(6.5, 4))

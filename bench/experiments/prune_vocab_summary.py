@@ -7,7 +7,7 @@ import sys
 
 
 def main(teacher: str, work: str, out: str, command: str) -> dict:
-    from compressor.results import fingerprint, row, write_results
+    from compressor.core.results import fingerprint, row, write_results
 
     record = json.load(open(os.path.join(work, "vocab", "metrics.json")))
     names = [n for n in ("teacher", "base", "vocab") if os.path.isdir(os.path.join(work, f"{n}-int8"))]

@@ -12,11 +12,11 @@ import time
 import torch
 from safetensors.torch import save
 
-from compressor.data import load_split
-from compressor.quantize.presets import resolve_preset
+from compressor.core.data import load_split
+from compressor.core.presets import resolve_preset
 from compressor.quantize.qat import qat_train
-from compressor.results import command_line, row, write_results
-from compressor.train import TrainConfig
+from compressor.core.results import command_line, row, write_results
+from compressor.engine.train import TrainConfig
 
 PART = 15 * 2 ** 20
 

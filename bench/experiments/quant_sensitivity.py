@@ -1,7 +1,7 @@
 """Sensitivity table, mixed precision and the accuracy-aware choice for one model.
 
 Runs ``compressor quantize --method auto`` (reusing ``--work`` when it already
-holds a finished run) and writes its tries as ``compressor.results`` rows, plus
+holds a finished run) and writes its tries as ``compressor.core.results`` rows, plus
 the table and plot beside the JSON.
 
     flock /tmp/compressor-cpu.lock python -m bench.experiments.quant_sensitivity --export runs/quant/teacher-onnx \
@@ -14,10 +14,11 @@ import os
 
 
 def main():
-    from compressor.io import read_json
+    from compressor.core.io import read_json
     from compressor.quantize import quantize, quantize_config
-    from compressor.quantize.sensitivity import plot, quantizable_units, table
-    from compressor.results import command_line, row, write_results
+    from compressor.export.int8 import quantizable_units
+    from compressor.quantize.sensitivity import plot, table
+    from compressor.core.results import command_line, row, write_results
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--export", required=True, help="FP32 ONNX export folder")

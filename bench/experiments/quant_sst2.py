@@ -3,7 +3,7 @@
 Builds every variant with ``compressor.quantize`` (reusing folders already
 built under ``--work``), scores each on the full SST-2 dev set, then times
 them all in this one process at batch 1 over real dev sentences (no padding),
-interleaved, with ``--threads`` threads. Writes ``compressor.results`` JSON.
+interleaved, with ``--threads`` threads. Writes ``compressor.core.results`` JSON.
 
     flock /tmp/compressor-cpu.lock python -m bench.experiments.quant_sst2 \
         --teacher runs/teachers/minilm-l6-sst2 --data-dir $GLUE_DIR \
@@ -26,7 +26,7 @@ def log(msg):
 
 def build_variants(teacher, work, data_dir, qat_parts, only=None):
     """name -> (folder, description); every folder made by compressor.quantize."""
-    from compressor.data import load_split
+    from compressor.core.data import load_split
     from compressor.quantize import quantize, quantize_config
     from compressor.export import export_onnx
 
@@ -73,7 +73,7 @@ def _join_qat(teacher, parts_dir, name, work):
     import torch
     from safetensors.torch import load
 
-    from compressor.models import load_for_task, read_meta, save_checkpoint
+    from compressor.core.models import load_for_task, read_meta, save_checkpoint
 
     folder = os.path.join(work, f"{name}-checkpoint")
     if os.path.isdir(folder):
@@ -91,9 +91,9 @@ def torch_runner(name, folder):
     import torch
 
     from compressor.bench.harness import Runner, Spec
-    from compressor.batches import collate, encode
-    from compressor.data import Example
-    from compressor.models import read_meta, size_on_disk
+    from compressor.core.batches import collate, encode
+    from compressor.core.data import Example
+    from compressor.core.models import read_meta, size_on_disk
     from compressor.quantize import load_quantized
 
     net, tok = load_quantized(folder)
@@ -130,10 +130,10 @@ def main():
 
     from compressor.bench.harness import Spec, build, fingerprint, interleaved_latency, percentiles, sample_texts, score
     from compressor.bench.peers import peer_specs
-    from compressor.data import load_split
-    from compressor.metrics import task_score
-    from compressor.models import count_parameters, load_for_task
-    from compressor.results import command_line, row, write_results
+    from compressor.core.data import load_split
+    from compressor.core.metrics import task_score
+    from compressor.core.models import count_parameters, load_for_task
+    from compressor.core.results import command_line, row, write_results
 
     torch.set_num_threads(args.threads)
     folders = build_variants(args.teacher, args.work, args.data_dir, args.qat_parts, args.only)
@@ -181,7 +181,7 @@ def main():
 
 
 def _size(path):
-    from compressor.models import size_on_disk
+    from compressor.core.models import size_on_disk
 
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, "model.onnx")):
         return os.path.getsize(os.path.join(path, "model.onnx"))
@@ -189,7 +189,7 @@ def _size(path):
 
 
 def _quant_info(folder):
-    from compressor.io import read_json
+    from compressor.core.io import read_json
 
     file = os.path.join(folder, "quantize.json") if os.path.isdir(folder) else ""
     if not os.path.isfile(file):

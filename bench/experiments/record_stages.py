@@ -5,8 +5,8 @@
 import sys
 
 from compressor.bench.report import collect
-from compressor.io import read_json
-from compressor.results import command_line, run_command, write_results
+from compressor.core.io import read_json
+from compressor.core.results import command_line, run_command, write_results
 
 
 def main(argv=None) -> None:

@@ -13,8 +13,8 @@ import argparse
 import os
 from typing import Optional, Sequence
 
-from compressor.io import read_json, write_json, write_text
-from compressor.results import read_results
+from compressor.core.io import read_json, write_json, write_text
+from compressor.core.results import read_results
 
 # timed variant -> (the seed recipes of that shape, what the shape is)
 SHAPES = (

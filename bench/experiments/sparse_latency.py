@@ -11,7 +11,7 @@ thread, each variant in its own process (``--time``: the harness's ``build`` and
 one ``Predictor``), in rounds whose variant order rotates, so drift on this shared machine
 hits every variant alike; a variant's latency pools all its rounds, and its speed against
 the dense graph of its precision is also taken round by round (``speed_vs_dense_paired``). Each ``model.onnx``
-is also weighed on disk and gzip-compressed. Writes ``compressor.results`` JSON.
+is also weighed on disk and gzip-compressed. Writes ``compressor.core.results`` JSON.
 
     flock /tmp/compressor-cpu.lock .venv/bin/python -m bench.experiments.sparse_latency \\
         --out bench/results/prune-magnitude-latency.json
@@ -39,14 +39,14 @@ def build_models(work: str, data_dir: str, dev) -> dict:
     pruning record."""
     import torch
 
-    from compressor.data import get_task, load_split
+    from compressor.core.data import get_task, load_split
     from compressor.export import export_onnx
-    from compressor.models import checkpoint_meta, load_for_task, save_checkpoint
+    from compressor.core.models import checkpoint_meta, load_for_task, save_checkpoint
     from compressor.prune.configs import MagnitudePruneConfig, RecoverSettings, pruner_for
-    from compressor.prune.job import PruneJob
+    from compressor.engine.job import RecoveryJob
     from compressor.quantize import quantize
     from compressor.quantize.configs import quantize_config
-    from compressor.train import set_seed
+    from compressor.engine.train import set_seed
 
     task = get_task("sst2")
     checkpoints = {"dense": os.path.join(work, "dense"), "sparse90": os.path.join(work, "sparse90")}
@@ -60,7 +60,7 @@ def build_models(work: str, data_dir: str, dev) -> dict:
                                       recover=RecoverSettings(mode="none"), device="cpu")
         config.check()
         train = load_split(task, "train", data_dir=data_dir, limit=32)   # unused: no recovery
-        job = PruneJob(net, tokenizer, train, dev, config, torch.device("cpu"))
+        job = RecoveryJob(net, tokenizer, train, dev, config, torch.device("cpu"))
         start = time.perf_counter()
         record = pruner_for(config)(job, config)
         record["prune_time_s"] = round(time.perf_counter() - start, 2)
@@ -89,7 +89,7 @@ def build_models(work: str, data_dir: str, dev) -> dict:
 def time_one(folder: str, name: str, data_dir: str, sentences: int, warmup: int, seed: int) -> list:
     """Batch-1 seconds of one export folder on ``sentences`` dev sentences, in this process."""
     from compressor.bench.harness import Spec, build, interleaved_latency, sample_texts
-    from compressor.data import load_split
+    from compressor.core.data import load_split
 
     dev = load_split("sst2", "dev", data_dir=data_dir)
     texts = sample_texts(dev.examples, sentences, seed)
@@ -203,8 +203,8 @@ def main():
         ap.error("--out is required")
 
     from compressor.bench.harness import fingerprint, percentiles
-    from compressor.data import load_split
-    from compressor.results import command_line, row, shown_path, write_results
+    from compressor.core.data import load_split
+    from compressor.core.results import command_line, row, shown_path, write_results
 
     start = time.perf_counter()
     dev = load_split("sst2", "dev", data_dir=args.data_dir)

@@ -15,7 +15,7 @@ dynamic, preset ``auto``; made under ``--work`` and reused).
    with the PyTorch teacher in one process (the harness before issue 15), and the same pair
    in processes of their own, in rounds (the harness after).
 
-Writes ``compressor.results`` JSON: one row per variant, setting and thread count.
+Writes ``compressor.core.results`` JSON: one row per variant, setting and thread count.
 
     flock -x /tmp/cpu.lock .venv/bin/python -m bench.experiments.spinning \\
         --teacher runs/demo-teacher --out bench/results/spinning-demo-teacher-cpu.json
@@ -113,9 +113,9 @@ def main():
     args = ap.parse_args()
 
     from compressor.bench.harness import BenchConfig, fingerprint, percentiles, sample_texts, timing_policy
-    from compressor.data import load_split
-    from compressor.models import read_meta
-    from compressor.results import command_line, row, shown_path, write_results
+    from compressor.core.data import load_split
+    from compressor.core.models import read_meta
+    from compressor.core.results import command_line, row, shown_path, write_results
 
     start = time.perf_counter()
     task = read_meta(args.teacher).get("task", "sst2")

@@ -10,7 +10,7 @@ import sys
 
 
 def main(work: str, out: str, command: str) -> dict:
-    from compressor.results import fingerprint, row, write_results
+    from compressor.core.results import fingerprint, row, write_results
 
     rows = []
     for name in ("constant", "linear"):

@@ -1,19 +1,19 @@
-"""Recipe stages of this package (registered with ``compressor.recipe.registry.register_stage``)."""
+"""Recipe stages of this package (registered with ``compressor.core.registry.register_stage``)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import CompressorError
-from ..models import count_parameters, load_for_task, resolve_model
-from ..recipe.registry import register_stage
-from .distiller import DistillConfig, distill_model, general_text, load_general_teacher, student_meta
-from .students import InputStudent, PretrainedStudent
+from compressor.core.errors import CompressorError
+from compressor.core.models import count_parameters, load_for_task, resolve_model
+from compressor.core.registry import register_stage
+from compressor.engine.distiller import DistillConfig, distill_model, general_text, load_general_teacher, student_meta
+from compressor.engine.students import InputStudent, PretrainedStudent
 
 
 @register_stage("distill", DistillConfig)
 def distill_stage(ctx, config: DistillConfig) -> dict:
     """Train a student (fewer layers, narrower, another encoder, BiLSTM/CNN, or the input) from the teacher."""
-    from ..models import save_checkpoint
+    from compressor.core.models import save_checkpoint
 
     teacher_dir = {"recipe": ctx.teacher_dir, "input": ctx.model_dir}.get(config.teacher)
     teacher_dir = resolve_model(teacher_dir or config.teacher)

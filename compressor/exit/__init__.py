@@ -16,6 +16,6 @@ _LAZY = {"EarlyExitConfig": "configs", "ExitExportConfig": "configs", "early_exi
 __all__ = sorted(_LAZY)
 
 
-from ..lazy import lazy_getattr  # noqa: E402
+from compressor.core.lazy import lazy_getattr  # noqa: E402
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

@@ -5,10 +5,10 @@ import re
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from ..quantize.presets import PRESET_NAMES
-from ..settings import check_fields, from_values, not_negative, positive, setting
-from ..train_config import TrainConfig
-from .rules import RULES
+from compressor.core.presets import PRESET_NAMES
+from compressor.core.settings import check_fields, from_values, not_negative, positive, setting
+from compressor.engine.train_config import TrainConfig
+from compressor.exit.rules import RULES
 
 TRAINING = ("two_stage", "self_distill", "joint")
 WEIGHTINGS = ("linear", "uniform")
@@ -99,7 +99,7 @@ class EarlyExitConfig(TrainConfig):
     def check_task(self, task):
         """(setting path, problem) where the task cannot use these settings, else None: read by
         recipe validation, so a recipe run with ``--task stsb`` says so before any stage."""
-        from .rules import RuleError, check_rule
+        from compressor.exit.rules import RuleError, check_rule
 
         try:
             check_rule(self.task_rule(task.is_regression), 1, task.is_regression)

@@ -2,7 +2,7 @@
 
 :class:`EarlyExitModel` wraps any task model the toolkit loads (every registered architecture,
 and every student it makes: distilled, pruned, Theseus, shared) without touching it: the
-architecture registry (``compressor.arch``) says where its embeddings, layers, final norm and
+architecture registry (``compressor.core.arch``) says where its embeddings, layers, final norm and
 classifier are. An exit head reads the hidden states after its layer, pooled (their mean over
 the real tokens, or the first token's), through a dense layer, tanh, dropout and a linear layer
 to the classes (BERT's pooler and classifier shape); the model's own classifier is the last exit. Forward in training gives every exit's logits (one pass with hidden states);
@@ -31,11 +31,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..arch import arch_of
-from ..errors import CompressorError
-from ..io import read_json, write_json
-from ..loaders import register_loader
-from .rules import RuleState, check_rule, exit_points
+from compressor.core.arch import arch_of
+from compressor.core.errors import CompressorError
+from compressor.core.io import read_json, write_json
+from compressor.core.loaders import register_loader
+from compressor.exit.rules import RuleState, check_rule, exit_points
 
 KIND = "early-exit"
 HEADS_FILE = "exits.safetensors"
@@ -131,7 +131,7 @@ class EarlyExitModel(nn.Module):
 
     @property
     def compressor_shape(self):
-        from ..shapes import shape_of
+        from compressor.core.shapes import shape_of
 
         return shape_of(self.backbone)
 
@@ -181,7 +181,7 @@ class EarlyExitModel(nn.Module):
             out.logits = torch.from_numpy(chosen).to(logits.device, logits.dtype)
             out.exit_index = torch.from_numpy(where)
         if labels is not None:
-            from ..distill.losses import task_loss
+            from compressor.engine.losses import task_loss
 
             out.loss = task_loss(logits[:, -1], labels)
         return out
@@ -196,7 +196,7 @@ class EarlyExitModel(nn.Module):
     def save_pretrained(self, folder: str) -> None:
         from safetensors.torch import save_file
 
-        from ..models import save_model
+        from compressor.core.models import save_model
 
         save_model(self.backbone, folder)
         save_file({k: v.detach().cpu().contiguous() for k, v in self.heads.state_dict().items()},
@@ -223,7 +223,7 @@ def load_early_exit(path: str, task=None, attn_implementation: Optional[str] = N
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from ..models import load_hf
+    from compressor.core.models import load_hf
 
     record = read_exits(path)
     backbone, tokenizer = load_hf(path, task, attn_implementation=attn_implementation)
@@ -314,7 +314,7 @@ class Segment(nn.Module):
 
 
 def _uses_types(backbone) -> bool:
-    from ..arch import uses_token_type_ids
+    from compressor.core.arch import uses_token_type_ids
 
     return uses_token_type_ids(backbone.config)
 

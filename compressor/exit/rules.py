@@ -31,7 +31,7 @@ class RuleError(ValueError):
 
 
 try:  # within the toolkit a bad rule is one of its one-line errors
-    from ..errors import CompressorError as _Base
+    from compressor.core.errors import CompressorError as _Base
 except ImportError:  # pragma: no cover - the runtime on an edge box
     _Base = ValueError
 

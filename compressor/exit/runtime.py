@@ -22,11 +22,12 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from compressor.export.runtime import SEGMENTS_FORMAT as FORMAT
-from compressor.export.runtime import ExportError, Predictor
+from compressor.export.runtime import FOLDER_RUNTIMES, ExportError, Predictor
 
-from .rules import RuleState, check_rule
+from compressor.exit.rules import RuleState, check_rule
 
 
+@FOLDER_RUNTIMES.register(FORMAT)
 class SegmentChain:
     """The segments of an early-exit export folder, run as one classifier that stops early.
 

@@ -1,9 +1,9 @@
-"""Kind ``early-exit-onnx`` for ``compressor.models.load_for_task``: the segment chain behind a
+"""Kind ``early-exit-onnx`` for ``compressor.core.models.load_for_task``: the segment chain behind a
 classifier's call, so ``eval`` and ``predict`` score it one sentence at a time, as it is timed."""
 from __future__ import annotations
 
-from compressor.errors import CompressorError
-from compressor.loaders import register_loader
+from compressor.core.errors import CompressorError
+from compressor.core.loaders import register_loader
 
 KIND = "early-exit-onnx"
 
@@ -12,7 +12,7 @@ KIND = "early-exit-onnx"
 def load_segments(path: str, task=None, **_):
     from compressor.export.loader import GraphTokenizer, OnnxClassifier
 
-    from .runtime import SegmentChain
+    from compressor.exit.runtime import SegmentChain
 
     chain = SegmentChain(path)
     model = OnnxClassifier(chain)   # it asks only for run, inputs, labels, regression, manifest

@@ -15,13 +15,13 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import CompressorError
-from ..io import atomic_dir, check_output_dir, write_json
-from ..loaders import META_FILE, kind_of
-from .configs import ExitExportConfig
-from .model import KIND, EarlyExitModel, segments_of
-from .runtime import FORMAT
-from .runtime_loader import KIND as ONNX_KIND
+from compressor.core.errors import CompressorError
+from compressor.core.io import atomic_dir, check_output_dir, write_json
+from compressor.core.loaders import META_FILE, kind_of
+from compressor.exit.configs import ExitExportConfig
+from compressor.exit.model import KIND, EarlyExitModel, segments_of
+from compressor.exit.runtime import FORMAT
+from compressor.exit.runtime_loader import KIND as ONNX_KIND
 
 
 def _export_segment(segment, model: EarlyExitModel, file: str, opset: int, types: bool) -> list:
@@ -61,8 +61,8 @@ def export_segments(model_dir: str, out_dir: str, config: Optional[ExitExportCon
     import torch
 
     from compressor.export.onnx import _copy_side_files, _task_dict, optimize_graph
-    from compressor.models import load_for_task, read_meta, resolve_model
-    from compressor.scoring import _task_for
+    from compressor.core.models import load_for_task, read_meta, resolve_model
+    from compressor.engine.scoring import _task_for
 
     config = config or ExitExportConfig()
     config.check()
@@ -78,8 +78,8 @@ def export_segments(model_dir: str, out_dir: str, config: Optional[ExitExportCon
     if model.rule is None:
         raise CompressorError(f"{path} has no calibrated exit rule; run compressor early-exit on it")
     max_length = source_meta.get("max_length", 128)
-    from ..arch import uses_token_type_ids
-    from ..shapes import shape_of
+    from compressor.core.arch import uses_token_type_ids
+    from compressor.core.shapes import shape_of
 
     types = uses_token_type_ids(model.config)
     heads = shape_of(model.backbone)["heads"]
@@ -113,12 +113,12 @@ def export_segments(model_dir: str, out_dir: str, config: Optional[ExitExportCon
                 "source": manifest["source"], "task": task_spec.name,
                 "task_spec": manifest["task_spec"], "labels": manifest["labels"],
                 "max_length": max_length}
-        from compressor.models import with_kind
+        from compressor.core.models import with_kind
 
         write_json(os.path.join(tmp, META_FILE), with_kind(meta, ONNX_KIND, None))
         if config.parity:
             if examples is None:
-                from compressor.data import load_split
+                from compressor.core.data import load_split
 
                 examples = load_split(task_spec, "dev", data_dir=data_dir, limit=config.parity_rows).examples
             examples = list(examples)[:config.parity_rows]
@@ -146,9 +146,9 @@ def _check_units(config: ExitExportConfig, layers: int) -> None:
 def _quantize(folder: str, described: list, preset_name: str, fp32_units=()) -> dict:
     """Each segment to dynamic INT8, the nodes of ``fp32_units`` left FP32: a segment's graph
     numbers its own layers from 0, so its ``layer.J`` is the model's ``layer.(first + J)``."""
-    from compressor.quantize.onnx_int8 import quantize_dynamic_onnx
-    from compressor.quantize.presets import resolve_preset
-    from compressor.quantize.sensitivity import quantizable_units
+    from compressor.export.int8 import quantize_dynamic_onnx
+    from compressor.core.presets import resolve_preset
+    from compressor.export.int8 import quantizable_units
 
     preset = resolve_preset(preset_name)
     found = {}
@@ -181,9 +181,9 @@ def chain_parity(model: EarlyExitModel, tokenizer, folder: str, examples, max_le
     time: share of identical predictions and exits, and the largest logit difference."""
     import torch
 
-    from compressor.batches import encode
+    from compressor.core.batches import encode
 
-    from .runtime import SegmentChain
+    from compressor.exit.runtime import SegmentChain
 
     chain = SegmentChain(folder)
     items = encode(tokenizer, examples, max_length, model.config)

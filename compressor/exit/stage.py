@@ -7,12 +7,12 @@ import time
 from dataclasses import replace
 from typing import Optional
 
-from ..errors import CompressorError
-from ..models import count_parameters
-from ..recipe.registry import TRAINABLE, register_stage
-from .configs import EarlyExitConfig, ExitExportConfig
-from .model import KIND, EarlyExitModel
-from .runtime_loader import KIND as ONNX_KIND
+from compressor.core.errors import CompressorError
+from compressor.core.models import count_parameters
+from compressor.core.registry import TRAINABLE, register_stage
+from compressor.exit.configs import EarlyExitConfig, ExitExportConfig
+from compressor.exit.model import KIND, EarlyExitModel
+from compressor.exit.runtime_loader import KIND as ONNX_KIND
 
 
 def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig,
@@ -20,11 +20,11 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
     """Wrap the task ``model`` with exits, train them, calibrate the rule on held-out training
     rows (``calibrate.split: holdout``: on ``calibration_set``, the rows the teacher was fine-tuned
     without); return the :class:`EarlyExitModel` and the record (dev scored once, at the end)."""
-    from ..device import resolve_device
-    from ..train import set_seed
-    from .train import calibrate_model, exit_report, hold_out, train_exits
+    from compressor.core.device import resolve_device
+    from compressor.engine.train import set_seed
+    from compressor.exit.train import calibrate_model, exit_report, hold_out, train_exits
 
-    from .rules import check_rule
+    from compressor.exit.rules import check_rule
 
     config.check()
     regression = model.config.num_labels == 1
@@ -36,8 +36,8 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
     parameters_before = count_parameters(model)
     before = None
     if config.training == "joint":   # the model changes too: score it as it came
-        from ..metrics import task_score
-        from ..scoring import score
+        from compressor.core.metrics import task_score
+        from compressor.engine.scoring import score
 
         model.to(device)
         before = score(model, tokenizer, dev_set, config.max_length, 64, device,
@@ -74,7 +74,7 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
 @register_stage("early_exit", EarlyExitConfig, accepts=(TRAINABLE,), produces=KIND)
 def early_exit_stage(ctx, config: EarlyExitConfig) -> dict:
     """Exit heads after the layers, trained and calibrated (entropy, patience or max probability)."""
-    from ..methods import model_to_model
+    from compressor.engine.methods import model_to_model
 
     run = model_to_model(run_early_exit, "early exit")
     held = ctx.split("holdout") if config.calibrate.split == "holdout" else None
@@ -87,7 +87,7 @@ def early_exit_export_stage(ctx, config: ExitExportConfig) -> dict:
     """The early-exit model as chained ONNX segments (fused, INT8 by default), checked and scored."""
     import shutil
 
-    from .segments import export_segments
+    from compressor.exit.segments import export_segments
 
     dev = ctx.split("dev")
     shutil.rmtree(ctx.out_dir, ignore_errors=True)
@@ -107,8 +107,8 @@ def score_segments(folder: str, dataset, threads: Optional[int] = None) -> dict:
 
     from compressor.export.onnx import example_texts
 
-    from ..metrics import compute_metrics, task_score
-    from .runtime import SegmentChain
+    from compressor.core.metrics import compute_metrics, task_score
+    from compressor.exit.runtime import SegmentChain
 
     chain = SegmentChain(folder, threads=threads)
     logits, where = chain.logits(example_texts(dataset.examples), batch_size=1, exits=True)
@@ -130,8 +130,8 @@ def early_exit(model: str, out: str, config=None, task: Optional[str] = None,
     ``config`` is an :class:`EarlyExitConfig` or a mapping such as ``{"training": "self_distill",
     "rule": "patience", "calibrate": {"target": 0.99}}``; keyword ``settings`` are merged in.
     """
-    from ..data import holdout
-    from ..methods import model_to_model, on_checkpoint
+    from compressor.core.data import holdout
+    from compressor.engine.methods import model_to_model, on_checkpoint
 
     exits = model_to_model(run_early_exit, "early exit")
 
@@ -149,11 +149,11 @@ def export_exits(model: str, out: str, config=None, task: Optional[str] = None,
                  overwrite: bool = False, **settings) -> dict:
     """Export the early-exit checkpoint ``model`` as chained ONNX segments in ``out``, score them on
     dev (one sentence at a time) and return the manifest with that score."""
-    from ..data import load_data
-    from ..io import write_json
-    from ..scoring import _task_for
-    from ..settings import config_from_dict
-    from .segments import export_segments
+    from compressor.core.data import load_data
+    from compressor.core.io import write_json
+    from compressor.engine.scoring import _task_for
+    from compressor.core.settings import config_from_dict
+    from compressor.exit.segments import export_segments
 
     if config is None or isinstance(config, dict):
         config = config_from_dict(ExitExportConfig, {**(config or {}), **settings},

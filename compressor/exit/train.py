@@ -1,4 +1,4 @@
-"""Training exit heads through the shared loop (``compressor.train.fit``), then choosing the threshold.
+"""Training exit heads through the shared loop (``compressor.engine.train.fit``), then choosing the threshold.
 
 Held out first: ``calibrate.rows`` training rows (a seeded draw) that exit training never sees;
 they score the loop's evaluations and pick the threshold, so dev is used by neither.
@@ -17,15 +17,15 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from ..batches import encode, iter_batches, to_device
-from ..distill.losses import soft_cross_entropy, task_loss
-from ..errors import CompressorError
-from ..metrics import compute_metrics, task_score
-from ..progress import progress
-from ..train import Callback, fit, set_seed
-from .configs import EarlyExitConfig
-from .model import EarlyExitModel
-from .rules import calibrate, exit_costs
+from compressor.core.batches import encode, iter_batches, to_device
+from compressor.engine.losses import soft_cross_entropy, task_loss
+from compressor.core.errors import CompressorError
+from compressor.core.metrics import compute_metrics, task_score
+from compressor.core.progress import progress
+from compressor.engine.train import Callback, fit, set_seed
+from compressor.exit.configs import EarlyExitConfig
+from compressor.exit.model import EarlyExitModel
+from compressor.exit.rules import calibrate, exit_costs
 
 
 def hold_out(train_set, rows: int, seed: int):
@@ -88,7 +88,7 @@ class FeatureCache:
 
 
 class ExitLoss:
-    """``loss_fn(model, batch)`` of :func:`compressor.train.fit` for each way of training."""
+    """``loss_fn(model, batch)`` of :func:`compressor.engine.train.fit` for each way of training."""
 
     def __init__(self, config: EarlyExitConfig, cache: Optional[FeatureCache], exits: int,
                  regression: bool):
@@ -135,7 +135,7 @@ def train_exits(model: EarlyExitModel, tokenizer, train_set, held_set, config: E
                 desc: str = "exits") -> dict:
     """Train ``model``'s exits (and, for ``joint``, the model) on ``train_set``; the loop's
     evaluations score ``held_set`` (held-out training rows), and the last weights are kept."""
-    from ..device import resolve_device
+    from compressor.core.device import resolve_device
 
     device = resolve_device(config.device)
     model.to(device)
@@ -205,7 +205,7 @@ def cost_table(model: EarlyExitModel, lengths) -> np.ndarray:
 
 def layer_widths(model: EarlyExitModel):
     """``([(heads x head size, FFN width) per layer], hidden, gated)`` of the wrapped model."""
-    from ..shapes import shape_of
+    from compressor.core.shapes import shape_of
 
     spec, config = model.spec, model.config
     hidden = spec.hidden_size(config)
@@ -239,7 +239,7 @@ def exit_report(model: EarlyExitModel, tokenizer, dataset, max_length: int, devi
                 rule: Optional[str] = None, threshold: Optional[float] = None,
                 desc: Optional[str] = None) -> dict:
     """Score, exit-layer histogram and FLOPs saved on ``dataset`` at the model's rule (or the one given)."""
-    from .rules import exit_points, flops_saved
+    from compressor.exit.rules import exit_points, flops_saved
 
     rule = rule or model.rule
     threshold = model.threshold if threshold is None else threshold

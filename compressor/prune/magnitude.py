@@ -24,11 +24,11 @@ from typing import Dict, List, Optional
 import torch
 from torch import nn
 
-from ..arch import arch_of
-from ..errors import CompressorError
-from ..models import count_parameters
-from ..train import Callback
-from .configs import MagnitudePruneConfig, register_pruner
+from compressor.core.arch import arch_of
+from compressor.core.errors import CompressorError
+from compressor.core.models import count_parameters
+from compressor.engine.train import Callback
+from compressor.prune.configs import MagnitudePruneConfig, register_pruner
 
 UPDATES = 20   # a gradual schedule updates its masks about this many times
 

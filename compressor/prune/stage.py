@@ -12,12 +12,12 @@ import tempfile
 import time
 from typing import Optional
 
-from ..device import resolve_device
-from ..models import count_parameters, save_checkpoint
-from ..recipe.registry import register_stage
-from ..train import set_seed
-from .configs import PruneConfig, pruner_for
-from .job import PruneJob, load_with_teacher
+from compressor.core.device import resolve_device
+from compressor.core.models import count_parameters, save_checkpoint
+from compressor.core.registry import register_stage
+from compressor.engine.train import set_seed
+from compressor.prune.configs import PruneConfig, pruner_for
+from compressor.engine.job import RecoveryJob, load_with_teacher
 
 
 def prune_loaded(model_dir: str, task, train_set, dev_set, config: PruneConfig, out_dir: str,
@@ -29,7 +29,7 @@ def prune_loaded(model_dir: str, task, train_set, dev_set, config: PruneConfig, 
     model, tokenizer, teacher, teacher_tok = load_with_teacher(model_dir, task, config, teacher_dir)
     scratch = tempfile.mkdtemp(prefix=".prune-report-")
     try:
-        job = PruneJob(model=model.to(device), tokenizer=tokenizer, train_set=train_set,
+        job = RecoveryJob(model=model.to(device), tokenizer=tokenizer, train_set=train_set,
                        dev_set=dev_set, config=config, device=device, teacher=teacher,
                        teacher_tokenizer=teacher_tok, out_dir=scratch)
         start = time.perf_counter()
@@ -68,7 +68,7 @@ def prune(model: str, out: str, config=None, task: Optional[str] = None,
     keyword ``settings`` are merged into a mapping. Writes ``out/metrics.json`` with
     the scores before and after, and returns that record.
     """
-    from ..methods import on_checkpoint
+    from compressor.engine.methods import on_checkpoint
 
     return on_checkpoint(model, out, PruneConfig, config, settings, "prune", prune_loaded,
                          task, data_dir, train_limit, dev_limit, overwrite, user_data)

@@ -16,7 +16,7 @@ from each layer (``layer``), and always leaves ``min_heads`` heads and ``min_ffn
 in a layer; ``ffn_multiple`` then rounds each layer's FFN width to a multiple of it (the
 best-scored neurons kept), for kernels that prefer such widths. ``iterations`` > 1 removes
 the share in equal steps, scoring again and recovering after each. Removal goes through
-:func:`compressor.shapes.resize_layers`: the projections shrink per layer and the attention
+:func:`compressor.core.shapes.resize_layers`: the projections shrink per layer and the attention
 runs on the heads left (MPNet's shared relative-position bias is sliced per layer there).
 """
 from __future__ import annotations
@@ -28,11 +28,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..arch import arch_of
-from ..io import save_figure
-from ..progress import progress
-from ..shapes import resize_layers, shape_of
-from .configs import StructuredPruneConfig, register_pruner
+from compressor.core.arch import arch_of
+from compressor.core.io import save_figure
+from compressor.core.progress import progress
+from compressor.core.shapes import resize_layers, shape_of
+from compressor.prune.configs import StructuredPruneConfig, register_pruner
 
 
 class UnitMasks:
@@ -261,7 +261,7 @@ def write_importance_report(scores: Dict[str, List[np.ndarray]], original: dict,
                             out_dir: str, config: StructuredPruneConfig) -> List[str]:
     """``importance.md`` (per-layer table) and ``importance.png`` (heat maps of head scores
     and of each layer's FFN scores, sorted, in 32 bins), from the scores of the unpruned model."""
-    from ..io import write_text
+    from compressor.core.io import write_text
 
     heads = normalise(scores["heads"])
     ffn = normalise(scores["ffn"])

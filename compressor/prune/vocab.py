@@ -34,8 +34,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import CompressorError
-from .configs import VocabPruneConfig, register_pruner
+from compressor.core.errors import CompressorError
+from compressor.prune.configs import VocabPruneConfig, register_pruner
 
 TOP_DROPPED = 10        # dropped pieces the record lists, most frequent in the dev text first
 _CHUNK = 4096           # lines tokenised at a time
@@ -230,7 +230,7 @@ def _count(encoder, texts: Sequence[str], counts: np.ndarray) -> None:
 
 def shrink_embeddings(model: nn.Module, keep: Sequence[int], new_id: Dict[int, int]) -> None:
     """Word-embedding rows ``keep`` only; config ``vocab_size`` and token ids renumbered."""
-    from ..arch import arch_of
+    from compressor.core.arch import arch_of
 
     old = model.get_input_embeddings()
     pad = new_id.get(old.padding_idx) if old.padding_idx is not None else None

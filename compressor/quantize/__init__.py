@@ -5,12 +5,12 @@ method (``configs.py``: one type per method, ``quantize_config(backend, method)`
 from names), ``api.py`` has the function registered for each type, ``presets.py``
 the hardware presets.
 """
-from .api import quantize
-from .configs import (BACKENDS, IncDynamicConfig, IncStaticConfig, OrtAutoConfig, OrtDynamicConfig,
+from compressor.quantize.api import quantize
+from compressor.quantize.configs import (BACKENDS, IncDynamicConfig, IncStaticConfig, OrtAutoConfig, OrtDynamicConfig,
                       OrtFP16Config, OrtMixedConfig, OrtQATConfig, OrtStaticConfig, QuantizeConfig,
                       TorchaoBF16Config, TorchaoDynamicConfig, TorchaoFP16Config, TorchaoWeightOnlyConfig,
                       quantize_config, register_quantizer)
-from .presets import PRESETS, HardwarePreset, resolve_preset
+from compressor.core.presets import PRESETS, HardwarePreset, resolve_preset
 
 __all__ = ["BACKENDS", "PRESETS", "HardwarePreset", "QuantizeConfig", "quantize", "quantize_config",
            "register_quantizer", "resolve_preset", "load_quantized",
@@ -21,6 +21,6 @@ __all__ = ["BACKENDS", "PRESETS", "HardwarePreset", "QuantizeConfig", "quantize"
 
 def load_quantized(path: str):
     """(model, tokenizer) of a folder a PyTorch backend wrote."""
-    from .torch_int8 import load_quantized as load
+    from compressor.quantize.torch_int8 import load_quantized as load
 
     return load(path)

@@ -17,9 +17,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from ..errors import CompressorError
-from ..io import check_output_dir, versions, write_json
-from .configs import (IncDynamicConfig, IncStaticConfig, OrtAutoConfig, OrtDynamicConfig, OrtFP16Config,
+from compressor.core.errors import CompressorError
+from compressor.core.io import check_output_dir, versions, write_json
+from compressor.quantize.configs import (IncDynamicConfig, IncStaticConfig, OrtAutoConfig, OrtDynamicConfig, OrtFP16Config,
                       OrtMixedConfig, OrtQATConfig, OrtStaticConfig, QuantizeConfig, TorchaoBF16Config,
                       TorchaoDynamicConfig, TorchaoFP16Config, TorchaoWeightOnlyConfig, quantizer_for,
                       register_quantizer)
@@ -50,10 +50,10 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
     data); static calibration, INC and QAT draw on the training split.
     Returns the record, also written to ``out/quantize.json``.
     """
-    from ..data import load_split
-    from ..metrics import task_score
-    from ..models import read_meta
-    from ..scoring import _task_for
+    from compressor.core.data import load_split
+    from compressor.core.metrics import task_score
+    from compressor.core.models import read_meta
+    from compressor.engine.scoring import _task_for
 
     config = config or OrtDynamicConfig()
     config.check()
@@ -61,7 +61,7 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
     method = quantizer_for(config)
     check_output_dir(out, overwrite)
     if not os.path.isdir(model):
-        from ..models import resolve_model
+        from compressor.core.models import resolve_model
 
         model = resolve_model(model)
     task_spec, model_meta = _task_for(model, task)
@@ -69,7 +69,7 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
     if train_set is None and config.uses_train:
         train_set = load_split(task_spec, "train", data_dir=data_dir)
     if holdout_set is None and getattr(config, "search_on", None) == "holdout":
-        from ..data import holdout
+        from compressor.core.data import holdout
 
         holdout_set = holdout.held_rows(model, task_spec, data_dir, needs="search_on: holdout")
     if dev_set is None:
@@ -106,8 +106,8 @@ def _score_output(out: str, config: QuantizeConfig, dev_set, max_length: int) ->
         return score_onnx(out, dev_set, threads=config.threads)
     import torch
 
-    from ..scoring import score
-    from .torch_int8 import load_quantized
+    from compressor.engine.scoring import score
+    from compressor.quantize.torch_int8 import load_quantized
 
     net, tokenizer = load_quantized(out)
     return score(net, tokenizer, dev_set, max_length, device=torch.device("cpu"),
@@ -121,7 +121,7 @@ def _onnx(job: QuantizeJob, config, writer, trained=None) -> dict:
     ``trained(work, info)`` returns), refused if it is quantised already, and an export folder
     whose ``model.onnx`` the method writes: ``writer(src_folder, work, quant, info)`` returns
     ``write(path)``, noting what it did in ``quant`` (the manifest) and ``info`` (the record)."""
-    from . import onnx_int8 as ox
+    from compressor.export import int8 as ox
 
     info = {"engine": "onnxruntime", "kind": "onnx"}
     model = job.model
@@ -161,7 +161,7 @@ def _onnx(job: QuantizeJob, config, writer, trained=None) -> dict:
 
 def _dynamic_writer(config):
     def writer(src_folder, work, quant, info):
-        from . import onnx_int8 as ox
+        from compressor.export import int8 as ox
 
         src = ox.onnx_file(src_folder)
         return lambda path: ox.quantize_dynamic_onnx(src, path, config.hardware(), config.optimize,
@@ -178,7 +178,7 @@ def ort_dynamic(job: QuantizeJob, config: OrtDynamicConfig) -> dict:
 @register_quantizer(OrtQATConfig)
 def ort_qat(job: QuantizeJob, config: OrtQATConfig) -> dict:
     """Quantisation-aware training of the checkpoint (Q8BERT), then dynamic INT8 of its graph."""
-    from ..export.onnx import is_export
+    from compressor.export.onnx import is_export
 
     if is_export(job.model):
         raise CompressorError(f"QAT trains a PyTorch checkpoint; {job.model} is an ONNX export folder")
@@ -196,7 +196,7 @@ def ort_static(job: QuantizeJob, config: OrtStaticConfig) -> dict:
     def writer(src_folder, work, quant, info):
         from compressor.export.runtime import Predictor
 
-        from . import onnx_int8 as ox
+        from compressor.export import int8 as ox
 
         src = ox.onnx_file(src_folder)
         predictor = Predictor(src_folder, threads=config.threads)  # calibrates on what it is fed
@@ -214,7 +214,7 @@ def ort_static(job: QuantizeJob, config: OrtStaticConfig) -> dict:
 def ort_fp16(job: QuantizeJob, config: OrtFP16Config) -> dict:
     """FP16 weights and activations."""
     def writer(src_folder, work, quant, info):
-        from . import onnx_int8 as ox
+        from compressor.export import int8 as ox
 
         return lambda path: ox.convert_fp16_onnx(ox.onnx_file(src_folder), path)
     return _onnx(job, config, writer)
@@ -279,8 +279,8 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
     """Mixed precision (``mixed``) or the fastest configuration within the tolerance (``auto``)."""
     from compressor.export.runtime import Predictor
 
-    from . import onnx_int8 as ox
-    from . import sensitivity as sens
+    from compressor.export import int8 as ox
+    from compressor.quantize import sensitivity as sens
 
     src = ox.onnx_file(src_folder)
     search_set = search_rows(config, train_set, dev_set, holdout_set)
@@ -338,9 +338,9 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
 
 
 def _qat(model, trained_dir, config, preset, task_spec, train_set, dev_set):
-    from ..models import load_for_task, read_meta, save_checkpoint
-    from ..train import TrainConfig
-    from .qat import qat_train
+    from compressor.core.models import load_for_task, read_meta, save_checkpoint
+    from compressor.engine.train import TrainConfig
+    from compressor.quantize.qat import qat_train
 
     net, tokenizer = load_for_task(model, task_spec)
     train_config = TrainConfig(epochs=config.epochs, lr=config.lr, batch_size=config.batch_size,
@@ -362,10 +362,10 @@ def _qat(model, trained_dir, config, preset, task_spec, train_set, dev_set):
 def _torch(job: QuantizeJob, config, transform) -> dict:
     """What every PyTorch method shares: load the checkpoint, ``transform(net, tokenizer, info)``
     it in place (returning INC's calibration, or None), save a ``torch-quantized`` folder."""
-    from ..models import count_parameters, load_for_task
-    from . import torch_int8 as tq
+    from compressor.core.models import count_parameters, load_for_task
+    from compressor.quantize import torch_int8 as tq
 
-    from ..export.onnx import is_export
+    from compressor.export.onnx import is_export
 
     if is_export(job.model):
         raise CompressorError(f"backend {config.backend} quantises PyTorch checkpoints; {job.model} is an "
@@ -385,7 +385,7 @@ def _torch(job: QuantizeJob, config, transform) -> dict:
 @register_quantizer(TorchaoDynamicConfig)
 def torchao_int8(job: QuantizeJob, config: TorchaoDynamicConfig) -> dict:
     """torchao's ``quantize_``: INT8 activations (per input) and weights."""
-    from .torch_int8 import quantize_torchao
+    from compressor.quantize.torch_int8 import quantize_torchao
 
     def transform(net, tokenizer, info):
         quantize_torchao(net, config.hardware(), config.exclude)
@@ -396,7 +396,7 @@ def torchao_int8(job: QuantizeJob, config: TorchaoDynamicConfig) -> dict:
 @register_quantizer(TorchaoWeightOnlyConfig)
 def torchao_weight_only(job: QuantizeJob, config: TorchaoWeightOnlyConfig) -> dict:
     """torchao's ``quantize_``: INT8 weights, activations in floating point."""
-    from .torch_int8 import quantize_torchao
+    from compressor.quantize.torch_int8 import quantize_torchao
 
     def transform(net, tokenizer, info):
         quantize_torchao(net, config.hardware(), config.exclude, weight_only=True)
@@ -408,7 +408,7 @@ def torchao_weight_only(job: QuantizeJob, config: TorchaoWeightOnlyConfig) -> di
 @register_quantizer(TorchaoBF16Config)
 def torch_cast(job: QuantizeJob, config) -> dict:
     """The model in FP16 or BF16."""
-    from .torch_int8 import cast_model
+    from compressor.quantize.torch_int8 import cast_model
 
     def transform(net, tokenizer, info):
         cast_model(net, config.method)
@@ -421,7 +421,7 @@ def inc_int8(job: QuantizeJob, config) -> dict:
     """Intel Neural Compressor INT8 (static or dynamic, always calibrated), SmoothQuant first if asked."""
     import random
 
-    from .inc import quantize_inc, torch_feeds
+    from compressor.quantize.inc import quantize_inc, torch_feeds
 
     def transform(net, tokenizer, info):
         rows = random.Random(config.seed).sample(list(job.train_set.examples),
@@ -441,7 +441,7 @@ def _warn_if_it_saturates_here(config) -> bool:
     (``presets.saturates_here``): its scores here, and the parity check, see wrong outputs."""
     import sys
 
-    from .presets import saturates_here
+    from compressor.core.presets import saturates_here
 
     preset = config.hardware()
     if config.backend != "onnxruntime" or preset is None or not saturates_here(preset):

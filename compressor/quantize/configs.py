@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Dict, List, Optional
 
-from ..errors import CompressorError
-from ..settings import (at_least_one, check_fields, config_from_dict, not_negative, picks_type_by,
+from compressor.core.errors import CompressorError
+from compressor.core.settings import (at_least_one, check_fields, config_from_dict, not_negative, picks_type_by,
                         positive, setting, share, tag, variant, variants)
-from ..settings import device as device_setting
-from .presets import PRESET_NAMES, resolve_preset
+from compressor.core.settings import device as device_setting
+from compressor.core.presets import PRESET_NAMES, resolve_preset
 
 CALIBRATIONS = ("minmax", "entropy", "percentile")
 GRANULARITIES = ("matrix", "layer")

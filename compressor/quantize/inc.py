@@ -27,8 +27,8 @@ from typing import Dict, List, Sequence
 import torch
 from torch import nn
 
-from ..arch import uses_token_type_ids
-from ..errors import CompressorError
+from compressor.core.arch import uses_token_type_ids
+from compressor.core.errors import CompressorError
 
 
 class SmoothedLinear(nn.Module):
@@ -208,7 +208,7 @@ def rebuild_inc(model: nn.Module, weights: Dict[str, torch.Tensor], calibration:
     The same export, the same INC config, the observers set to the saved
     statistics instead of a calibration run: ``convert`` gives the same graph.
     """
-    from .torch_int8 import unflatten_state
+    from compressor.quantize.torch_int8 import unflatten_state
 
     method = info.get("inc_method")
     if method not in ("static", "dynamic"):

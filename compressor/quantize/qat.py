@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..arch import arch_of
+from compressor.core.arch import arch_of
 
 
 def fake_quant_weight(w: torch.Tensor, per_channel: bool, bits: int = 8) -> torch.Tensor:
@@ -129,17 +129,17 @@ def qat_train(model: nn.Module, tokenizer, train_set, dev_set, config, per_chann
               desc: str = "qat") -> dict:
     """Fake-quantised fine-tuning of ``model`` in place (left holding its best dev weights, unwrapped).
 
-    ``config`` is a ``compressor.train.TrainConfig``; ``distill_alpha`` > 0
+    ``config`` is a ``compressor.engine.train.TrainConfig``; ``distill_alpha`` > 0
     adds soft targets from a frozen copy of the FP32 model as it is now.
     Returns the training history plus the dev score of the fake-quantised
     model before training (what post-training quantisation alone gives).
     """
     import copy
 
-    from ..device import resolve_device
-    from ..metrics import task_score
-    from ..scoring import score
-    from ..train import fit, set_seed
+    from compressor.core.device import resolve_device
+    from compressor.core.metrics import task_score
+    from compressor.engine.scoring import score
+    from compressor.engine.train import fit, set_seed
 
     set_seed(config.seed)
     device = resolve_device(config.device)

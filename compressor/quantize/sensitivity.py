@@ -14,65 +14,14 @@ as the quantize stage, ``eval`` and the benchmark do.
 from __future__ import annotations
 
 import os
-import re
 import time
-from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..arch import ARCHITECTURES
-from ..errors import CompressorError
-from ..io import save_figure, write_text
-from ..progress import progress
-from .onnx_int8 import onnx_file, quantize_dynamic_onnx
-
-# the ONNX operators ONNX Runtime's dynamic mode turns into integer ones, when a weight feeds them
-QUANTIZABLE_OPS = ("MatMul", "Attention", "EmbedLayerNormalization", "Gather")
-# node names follow module paths (/bert/encoder/layer.0/...): the registry says which parts
-# hold the encoder layers and what the layer list is called
-_CONTAINERS = {part for spec in ARCHITECTURES.values() for part in spec.layers.split(".")[:-1]}
-_LAYER = re.compile(r"(?:%s)[._/](\d+)" % "|".join(
-    sorted({spec.layers.rpartition(".")[2] for spec in ARCHITECTURES.values()}, key=len, reverse=True)))
-
-
-def quantizable_units(onnx_path: str, granularity: str = "matrix") -> "OrderedDict[str, List[str]]":
-    """Unit name -> ONNX node names; a unit is one weight matrix or one encoder layer."""
-    from compressor.export.onnx import load_graph
-
-    if granularity not in ("matrix", "layer"):
-        raise CompressorError(f"granularity must be matrix or layer, got {granularity!r}")
-    model = load_graph(onnx_path, load_external_data=False)
-    weights = {i.name for i in model.graph.initializer if len(i.dims) == 2}
-    units: "OrderedDict[str, List[str]]" = OrderedDict()
-    attention_index = 0
-    for node in model.graph.node:
-        if node.op_type not in QUANTIZABLE_OPS or not any(i in weights for i in node.input):
-            continue
-        if node.op_type == "Attention":  # fused Q/K/V: named Attention_<n>, in layer order
-            layer, what = attention_index, "attention.qkv"
-            attention_index += 1
-        else:
-            match = _LAYER.search(node.name)
-            layer = int(match.group(1)) if match else None
-            what = _short(node.name)
-        if node.op_type in ("EmbedLayerNormalization", "Gather"):
-            layer, what = None, "embeddings"
-        if granularity == "layer":
-            name = f"layer.{layer}" if layer is not None else what
-        else:
-            name = f"layer.{layer}.{what}" if layer is not None and not _LAYER.match(what) else what
-        units.setdefault(name, []).append(node.name)
-    if not units:
-        raise CompressorError(f"{onnx_path}: no weight matrices that ONNX Runtime can quantise")
-    return units
-
-
-def _short(node_name: str) -> str:
-    """'/bert/encoder/layer.0/attention/output/dense/MatMul' -> 'layer.0.attention.output.dense'."""
-    parts = [p for p in node_name.strip("/").split("/")[:-1] if p not in _CONTAINERS]
-    return ".".join(parts) or node_name
-
+from compressor.core.io import save_figure, write_text
+from compressor.core.progress import progress
+from compressor.export.int8 import onnx_file, quantizable_units, quantize_dynamic_onnx
 
 def measure_sensitivity(folder: str, rows_set, preset, work_dir: str, granularity: str = "matrix",
                         threads: Optional[int] = None, op_types: Optional[Sequence[str]] = None) -> dict:
@@ -103,7 +52,7 @@ def dev_score(folder: str, rows_set, model_file: Optional[str] = None, threads: 
     the export ``folder``'s graph, or of ``model_file`` with its tokenizer."""
     from compressor.export.onnx import score_onnx
 
-    from ..metrics import task_score
+    from compressor.core.metrics import task_score
 
     return task_score(rows_set.task, score_onnx(folder, rows_set, threads, model_file))
 

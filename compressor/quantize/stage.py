@@ -8,16 +8,16 @@ writes a ``torch-quantized`` folder (torchao or INC), scored in PyTorch.
 """
 from __future__ import annotations
 
-from ..recipe.registry import TRAINABLE, register_stage
-from .configs import OrtQuantizeConfig, QuantizeConfig, TorchQuantizeConfig
-from .torch_int8 import KIND as TORCH_KIND
+from compressor.core.registry import TRAINABLE, register_stage
+from compressor.quantize.configs import OrtQuantizeConfig, QuantizeConfig, TorchQuantizeConfig
+from compressor.quantize.torch_int8 import KIND as TORCH_KIND
 
 ONNX_KIND = "onnx"
 
 
 def _run(ctx, config: QuantizeConfig) -> dict:
-    from ..models import read_meta
-    from .api import quantize
+    from compressor.core.models import read_meta
+    from compressor.quantize.api import quantize
 
     max_length = read_meta(ctx.model_dir).get("max_length", getattr(config, "max_length", 128))
     dev = ctx.split("dev")

@@ -16,7 +16,7 @@ can run code):
   ``calibration.safetensors`` (the observers' statistics and the example inputs
   of the export). Loading exports, prepares and converts the model again with
   those statistics: the graph quantisation made, rebuilt.
-- FP16/BF16: ``model.safetensors`` (``compressor.models.save_model``).
+- FP16/BF16: ``model.safetensors`` (``compressor.core.models.save_model``).
 
 Folders of older versions (``model_int8.pt``, ``model.pt2``) hold pickles and
 are refused with one line.
@@ -30,12 +30,12 @@ from typing import Dict, Optional, Sequence
 
 import torch
 
-from ..errors import CompressorError
-from ..io import atomic_dir, read_json, write_json
-from ..loaders import register_loader
-from ..models import META_FILE, load_shaped, read_meta, save_model, size_on_disk, with_kind
-from ..shapes import build_model, is_plain, shape_of
-from .presets import HardwarePreset
+from compressor.core.errors import CompressorError
+from compressor.core.io import atomic_dir, read_json, write_json
+from compressor.core.loaders import register_loader
+from compressor.core.models import META_FILE, load_shaped, read_meta, save_model, size_on_disk, with_kind
+from compressor.core.shapes import build_model, is_plain, shape_of
+from compressor.core.presets import HardwarePreset
 
 KIND = "torch-quantized"
 INFO_FILE = "quantization.json"
@@ -239,7 +239,7 @@ def _read_safetensors(file: str) -> Dict[str, torch.Tensor]:
 
 @register_loader(KIND)
 def load_quantized(path: str, task=None, **_):
-    """(model, tokenizer) from a ``torch-quantized`` folder, ready for ``compressor.scoring.score``.
+    """(model, tokenizer) from a ``torch-quantized`` folder, ready for ``compressor.engine.scoring.score``.
 
     Only JSON and safetensors are read: the model is rebuilt from its recipe.
     """
@@ -261,13 +261,13 @@ def load_quantized(path: str, task=None, **_):
         return AutoModelForSequenceClassification.from_pretrained(
             path, dtype=dtype, use_safetensors=True).eval(), tokenizer
     if method == "inc":
-        from .inc import rebuild_inc
+        from compressor.quantize.inc import rebuild_inc
 
         weights = _read_safetensors(os.path.join(path, INC_WEIGHTS))
         calibration = _read_safetensors(os.path.join(path, INC_CALIBRATION))
         model = build_model(config, shape).eval()
         return rebuild_inc(model, weights, calibration, info, where=path), tokenizer
-    from .presets import HardwarePreset as _Preset
+    from compressor.core.presets import HardwarePreset as _Preset
 
     try:
         preset = _Preset(**info["preset"])

@@ -18,17 +18,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from .. import distributed
-from ..data import load_data, resolve_data_dir
-from ..errors import CompressorError
-from ..io import atomic_dir, read_json, versions, write_json
-from ..models import (checkpoint_meta, count_parameters, load_config, read_meta, resolve_model,
+from compressor.core import distributed
+from compressor.core.data import load_data, resolve_data_dir
+from compressor.core.errors import CompressorError
+from compressor.core.io import atomic_dir, read_json, versions, write_json
+from compressor.core.models import (checkpoint_meta, count_parameters, load_config, read_meta, resolve_model,
                       size_on_disk)
-from ..errors import terminate_cleanly
-from .guard import check_files, clean_leftovers, digest_files, run_lock
-from .registry import TRAINABLE, config_to_dict, get_stage
-from .report import write_report
-from .schema import Recipe, load_recipe
+from compressor.core.errors import terminate_cleanly
+from compressor.core.guard import check_files, clean_leftovers, digest_files, run_lock
+from compressor.core.registry import TRAINABLE, config_to_dict, get_stage
+from compressor.recipe.report import write_report
+from compressor.recipe.schema import Recipe, load_recipe
 
 MANIFEST = "manifest.json"
 RECORD = "record.json"
@@ -51,7 +51,7 @@ class StageContext:
         with ``--holdout`` gives ``holdout`` (the training rows it did not learn from) and keeps
         them out of ``train``, so no stage trains on the rows a choice may be made on."""
         if name in ("train", "holdout") and name not in self._cache:
-            from ..data import holdout
+            from compressor.core.data import holdout
 
             train, held = holdout.training_and_held(self.task, self.data_dir, self.recipe.train_limit,
                                                     self.recipe.user_data, self.teacher_dir)
@@ -150,7 +150,7 @@ def _run_locked(recipe: Recipe, out: str, data_dir, log, previous: Optional[dict
 
 def _trains(config) -> bool:
     """Whether a stage trains, so that every process of a data-parallel run takes part."""
-    from ..train import TrainConfig
+    from compressor.engine.train import TrainConfig
 
     return isinstance(config, TrainConfig) or getattr(config, "method", None) == "qat"
 
@@ -237,10 +237,10 @@ def _check_teacher(recipe: Recipe, source: str) -> None:
 
 def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
     """Fine-tune the base model, or score the given checkpoint, to fix the teacher's score."""
-    from ..device import resolve_device
-    from ..metrics import task_score
-    from ..models import load_for_task
-    from ..scoring import score, scored_before
+    from compressor.core.device import resolve_device
+    from compressor.core.metrics import task_score
+    from compressor.core.models import load_for_task
+    from compressor.engine.scoring import score, scored_before
 
     if recipe.teacher_finetune is None:
         net, tokenizer = load_for_task(ctx.model_dir, ctx.task)
@@ -252,7 +252,7 @@ def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
         return {"model_dir": ctx.model_dir, "metrics": metrics, "split": "dev",
                 "score": task_score(ctx.task, metrics), "parameters": count_parameters(net),
                 "size_bytes": size_on_disk(ctx.model_dir)}
-    from .builtin import finetune_stage
+    from compressor.recipe.stage import finetune_stage
 
     result = finetune_stage(ctx, recipe.teacher_finetune)
     return {**result, "train_examples": len(ctx.split("train"))}

@@ -6,12 +6,12 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from ..data import UserData, get_task
-from ..errors import CompressorError
-from ..train import TrainConfig
-from ..settings import SettingsError, config_from_dict, device_problem
-from .registry import TRAINABLE, get_stage
-from .yamlfile import LineDict, LineList, load_yaml, parse_yaml
+from compressor.core.data import UserData, get_task
+from compressor.core.errors import CompressorError
+from compressor.engine.train import TrainConfig
+from compressor.core.settings import SettingsError, config_from_dict, device_problem
+from compressor.core.registry import TRAINABLE, get_stage
+from compressor.recipe.yamlfile import LineDict, LineList, load_yaml, parse_yaml
 
 TOP_KEYS = ("name", "description", "task", "data", "teacher", "device", "seed", "stages")
 DATA_KEYS = ("dir", "train_limit", "dev_limit", "train_file", "dev_file", "text_columns",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import yaml
 
-from ..errors import CompressorError
+from compressor.core.errors import CompressorError
 
 
 class LineDict(dict):

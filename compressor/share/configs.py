@@ -1,17 +1,17 @@
 """The ``share`` stage's settings: what is shared, over which layers, from what, and recovery.
 
 Recovery (``recover``) is pruning's: none, fine-tuning on the task, or distillation from
-the unshared model (``teacher: input``), run by ``compressor.prune.job.PruneJob.recover``.
+the unshared model (``teacher: input``), run by ``compressor.engine.job.RecoveryJob.recover``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from ..errors import CompressorError
-from ..prune.configs import RecoveringConfig
-from ..settings import not_negative, setting
-from .layers import INIT, WHAT
+from compressor.core.errors import CompressorError
+from compressor.engine.recovery import RecoveringConfig
+from compressor.core.settings import not_negative, setting
+from compressor.core.sharing import INIT, WHAT
 
 
 def _index(value, name, config=None) -> Optional[str]:

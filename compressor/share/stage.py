@@ -2,7 +2,7 @@
 
 Both load the model, keep an unshared copy as the teacher of distillation recovery, score
 it, share its layers and/or factorise its word embedding, recover (pruning's
-``PruneJob.recover``), score the result and save it as an ordinary checkpoint: each shared
+``RecoveryJob.recover``), score the result and save it as an ordinary checkpoint: each shared
 tensor once in ``model.safetensors``, the ties and the embedding rank in ``compressor.json``.
 """
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Optional
 
 import torch
 
-from ..device import resolve_device
-from ..models import count_parameters, save_checkpoint
-from ..prune.job import PruneJob, load_with_teacher
-from ..recipe.registry import register_stage
-from ..train import set_seed
-from .configs import ShareConfig
-from .layers import factorise_embedding, share_layers
+from compressor.core.device import resolve_device
+from compressor.core.models import count_parameters, save_checkpoint
+from compressor.engine.job import RecoveryJob, load_with_teacher
+from compressor.core.registry import register_stage
+from compressor.engine.train import set_seed
+from compressor.share.configs import ShareConfig
+from compressor.core.sharing import factorise_embedding, share_layers
 
 
 def apply_sharing(model: torch.nn.Module, config: ShareConfig) -> dict:
@@ -39,7 +39,7 @@ def share_loaded(model_dir: str, task, train_set, dev_set, config: ShareConfig, 
     set_seed(config.seed)
     device = resolve_device(config.device)
     model, tokenizer, teacher, teacher_tok = load_with_teacher(model_dir, task, config, teacher_dir)
-    job = PruneJob(model=model.to(device), tokenizer=tokenizer, train_set=train_set,
+    job = RecoveryJob(model=model.to(device), tokenizer=tokenizer, train_set=train_set,
                    dev_set=dev_set, config=config, device=device, teacher=teacher,
                    teacher_tokenizer=teacher_tok)
     start = time.perf_counter()
@@ -77,7 +77,7 @@ def share(model: str, out: str, config=None, task: Optional[str] = None,
     keyword ``settings`` are merged into a mapping. Writes ``out/metrics.json`` with
     the scores before and after, and returns that record.
     """
-    from ..methods import on_checkpoint
+    from compressor.engine.methods import on_checkpoint
 
     return on_checkpoint(model, out, ShareConfig, config, settings, "share", share_loaded,
                          task, data_dir, train_limit, dev_limit, overwrite, user_data)

@@ -10,6 +10,6 @@ _LAZY = {"TheseusConfig": "config", "theseus": "stage", "run_theseus": "stage",
 __all__ = sorted(_LAZY)
 
 
-from ..lazy import lazy_getattr  # noqa: E402
+from compressor.core.lazy import lazy_getattr  # noqa: E402
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from ..settings import check_fields, from_values, not_negative, positive, setting
-from ..train_config import TrainConfig
+from compressor.core.settings import check_fields, from_values, not_negative, positive, setting
+from compressor.engine.train_config import TrainConfig
 
 SCHEDULES = ("constant", "linear")
 INITS = ("last", "first", "prefix")

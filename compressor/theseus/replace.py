@@ -24,10 +24,10 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
-from .. import distributed
-from ..arch import arch_of
-from ..errors import CompressorError
-from ..train import Callback
+from compressor.core import distributed
+from compressor.core.arch import arch_of
+from compressor.core.errors import CompressorError
+from compressor.engine.train import Callback
 
 
 def group_sizes(layers: int, groups: int) -> List[int]:

@@ -14,16 +14,16 @@ from typing import Optional
 
 import torch
 
-from ..arch import arch_of
-from ..device import resolve_device
-from ..distill.losses import logits_mse, soft_cross_entropy
-from ..metrics import task_score
-from ..models import count_parameters
-from ..recipe.registry import register_stage
-from ..scoring import score
-from ..train import fit, set_seed
-from .config import TheseusConfig
-from .replace import Replacing, group_sizes, successor_model, theseus_model
+from compressor.core.arch import arch_of
+from compressor.core.device import resolve_device
+from compressor.engine.losses import logits_mse, soft_cross_entropy
+from compressor.core.metrics import task_score
+from compressor.core.models import count_parameters
+from compressor.core.registry import register_stage
+from compressor.engine.scoring import score
+from compressor.engine.train import fit, set_seed
+from compressor.theseus.config import TheseusConfig
+from compressor.theseus.replace import Replacing, group_sizes, successor_model, theseus_model
 
 
 class TheseusLoss:
@@ -94,7 +94,7 @@ def run_theseus(model, tokenizer, train_set, dev_set, config: TheseusConfig, des
 @register_stage("theseus", TheseusConfig)
 def theseus_stage(ctx, config: TheseusConfig) -> dict:
     """BERT-of-Theseus: replace groups of layers by one successor layer each, then fine-tune those."""
-    from ..methods import model_to_model
+    from compressor.engine.methods import model_to_model
 
     run = model_to_model(run_theseus, "theseus")
     return run(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config, ctx.out_dir,
@@ -112,7 +112,7 @@ def theseus(model: str, out: str, config=None, task: Optional[str] = None,
     mapping. Writes ``out/metrics.json`` (scores before and after, each phase's history)
     and returns that record.
     """
-    from ..methods import model_to_model, on_checkpoint
+    from compressor.engine.methods import model_to_model, on_checkpoint
 
     run = model_to_model(run_theseus, "theseus")
 

@@ -1,0 +1,140 @@
+"""What a user would pick instead of our compression: off-the-shelf recipes applied to the teacher.
+
+- ``pytorch-fp32``: the teacher as it is (the baseline);
+- ``pytorch-int8``: ``torch.ao`` dynamic INT8 of every Linear;
+- ``ort-fp32``: the plain ONNX export under onnxruntime (its default graph optimisations);
+- ``ort-o2``: optimum's ``ORTOptimizer`` at O2 (transformer fusions, GELU approximation off);
+- ``ort-o2-int8``: that graph through optimum's ``ORTQuantizer``, dynamic INT8 with optimum's
+  configuration for the hardware preset (the quantize stage's presets; ``auto``: this CPU's);
+- ``inc-int8``: Intel Neural Compressor static INT8 (PT2E, calibrated on training sentences),
+  run through ``torch.compile`` as INC intends.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import List, Optional, Sequence
+
+from compressor.core.errors import CompressorError
+from compressor.core.io import atomic_dir
+
+from compressor.core.presets import PRESET_NAMES, PRESETS, detect_preset
+
+from compressor.bench.harness import Spec
+
+PEERS = ("pytorch-fp32", "pytorch-int8", "ort-fp32", "ort-o2", "ort-o2-int8", "inc-int8")
+DEFAULT_PEERS = ("pytorch-fp32", "pytorch-int8", "ort-fp32", "ort-o2", "ort-o2-int8")
+# optimum's AutoQuantizationConfig for each hardware preset (it has none for AMX, which has VNNI)
+OPTIMUM_CONFIG = {"avx2": "avx2", "avx512_vnni": "avx512_vnni", "amx": "avx512_vnni", "arm64": "arm64"}
+assert set(OPTIMUM_CONFIG) == set(PRESETS), "every hardware preset needs an optimum configuration"
+
+
+def check_peers(peers: Sequence[str], preset: str = "auto") -> None:
+    """Refuse an unknown peer or preset before anything is built or timed."""
+    unknown = [p for p in peers if p not in PEERS]
+    if unknown:
+        raise CompressorError(f"unknown peer {unknown[0]!r}; peers: {', '.join(PEERS)}")
+    if preset not in PRESET_NAMES:
+        raise CompressorError(f"unknown hardware preset {preset!r}; use {', '.join(PRESET_NAMES)}")
+
+
+def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_PEERS,
+               preset: str = "auto", data_dir: Optional[str] = None) -> List[Spec]:
+    """Build the peers' models under ``work_dir`` (reused when already there) and describe them."""
+    from compressor.core.models import count_parameters, load_for_task, size_on_disk
+
+    check_peers(peers, preset)
+    preset = detect_preset() if preset == "auto" else preset
+    os.makedirs(work_dir, exist_ok=True)
+    params = count_parameters(load_for_task(teacher_dir)[0])
+    specs = []
+    onnx_plain = os.path.join(work_dir, "ort-fp32")
+    if any(p.startswith("ort") for p in peers) and not os.path.isfile(os.path.join(onnx_plain, "model.onnx")):
+        from compressor.export.onnx import export_onnx
+
+        # the plain export: no fusions of ours, no parity pass (the peers are scored anyway)
+        export_onnx(teacher_dir, onnx_plain, optimize=False, parity=False)
+    for peer in peers:
+        if peer == "pytorch-fp32":
+            specs.append(Spec(peer, teacher_dir, "pytorch", "fp32", group="peer", source="teacher",
+                              parameters=params, size_bytes=size_on_disk(teacher_dir)))
+        elif peer == "pytorch-int8":
+            specs.append(Spec(peer, teacher_dir, "pytorch", "int8-dynamic", group="peer",
+                              source="torch.ao.quantization.quantize_dynamic(Linear, qint8)",
+                              parameters=params, size_bytes=_torch_int8_size(teacher_dir)))
+        elif peer == "ort-fp32":
+            specs.append(_onnx_spec(peer, os.path.join(onnx_plain, "model.onnx"), onnx_plain, params,
+                                    "torch -> ONNX, onnxruntime defaults"))
+        elif peer == "ort-o2":
+            path = _ort_o2(onnx_plain, os.path.join(work_dir, "ort-o2"))
+            specs.append(_onnx_spec(peer, path, onnx_plain, params, "optimum ORTOptimizer O2"))
+        elif peer == "ort-o2-int8":
+            o2 = _ort_o2(onnx_plain, os.path.join(work_dir, "ort-o2"))
+            path = _ort_int8(o2, os.path.join(work_dir, f"ort-o2-int8-{preset}"), preset)
+            specs.append(_onnx_spec(peer, path, onnx_plain, params,
+                                    f"optimum ORTOptimizer O2 + ORTQuantizer dynamic INT8 ({preset})",
+                                    precision="int8-dynamic"))
+        elif peer == "inc-int8":
+            specs.append(Spec(peer, teacher_dir, "inc", "int8-static", group="peer",
+                              source="neural_compressor.torch StaticQuantConfig (PT2E) + torch.compile, Inductor freezing",
+                              parameters=params, size_bytes=None, extra={"data_dir": data_dir}))
+    return specs
+
+
+def _onnx_spec(name, path, tok_folder, params, source, precision="fp32") -> Spec:
+    return Spec(name, path, "onnxruntime", precision, group="peer", source=source, parameters=params,
+                size_bytes=os.path.getsize(path), tokenizer_path=tok_folder)
+
+
+def _ort_o2(plain: str, out: str) -> str:
+    target = os.path.join(out, "model_optimized.onnx")
+    if os.path.isfile(target):
+        return target
+    from optimum.onnxruntime import ORTOptimizer
+    from optimum.onnxruntime.configuration import AutoOptimizationConfig
+
+    logging.getLogger("optimum").setLevel(logging.ERROR)
+    with atomic_dir(out) as tmp:
+        optimizer = ORTOptimizer.from_pretrained(plain, file_names=["model.onnx"])
+        optimizer.optimize(AutoOptimizationConfig.O2(), save_dir=tmp)
+    return target
+
+
+def _ort_int8(o2_file: str, out: str, preset: str) -> str:
+    target = os.path.join(out, "model_optimized_quantized.onnx")
+    if os.path.isfile(target):
+        return target
+    from optimum.onnxruntime import ORTQuantizer
+    from optimum.onnxruntime.configuration import AutoQuantizationConfig
+
+    logging.getLogger("optimum").setLevel(logging.ERROR)
+    # onnxruntime's quantiser needs every tensor's type, which plain ONNX shape inference cannot
+    # give for the fused (com.microsoft) operators of O2: infer them symbolically first
+    import onnx
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    with atomic_dir(out) as tmp:
+        shutil.copy2(os.path.join(os.path.dirname(o2_file), "config.json"), tmp)
+        typed = os.path.join(tmp, "typed.onnx")
+        onnx.save(SymbolicShapeInference.infer_shapes(onnx.load(o2_file), auto_merge=True), typed)
+        quantizer = ORTQuantizer.from_pretrained(tmp, file_name="typed.onnx")
+        config = getattr(AutoQuantizationConfig, OPTIMUM_CONFIG[preset])(is_static=False, per_channel=False)
+        quantizer.quantize(config, save_dir=tmp, file_suffix=None)
+        os.replace(typed, os.path.join(tmp, "model_optimized_quantized.onnx"))
+    return target
+
+
+def _torch_int8_size(teacher_dir: str) -> int:
+    """Bytes of the dynamic-INT8 model's state dict as ``torch.save`` writes it."""
+    import io
+
+    import torch
+
+    from compressor.core.models import load_for_task
+
+    net = torch.ao.quantization.quantize_dynamic(load_for_task(teacher_dir)[0].eval(),
+                                                 {torch.nn.Linear}, dtype=torch.qint8)
+    buf = io.BytesIO()
+    torch.save(net.state_dict(), buf)
+    return buf.tell()

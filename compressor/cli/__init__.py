@@ -1,0 +1,363 @@
+"""The ``compressor`` command: a thin layer over the Python API."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import typing
+
+import click
+
+from compressor.core.errors import CompressorError, terminate_cleanly
+
+
+def _train_options(fn):
+    """One option per TrainConfig field, so the CLI and recipes take the same settings."""
+    from compressor.engine.train_config import TrainConfig
+
+    hints = typing.get_type_hints(TrainConfig)
+    for f in reversed(dataclasses.fields(TrainConfig)):
+        flag = "--" + f.name.replace("_", "-")
+        fn = click.option(flag, f.name, type=hints[f.name], default=f.default, show_default=True)(fn)
+    return fn
+
+
+def _train_config(kwargs):
+    from compressor.engine.train_config import TrainConfig
+
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    return TrainConfig(**{k: kwargs.pop(k) for k in names})
+
+
+nproc_option = click.option(
+    "--nproc", type=int, default=1, show_default=True,
+    help="Train data-parallel in N processes on this host (one GPU each, or CPUs through gloo): "
+         "the command runs again under torchrun; the global batch stays --batch-size.")
+
+
+def _relaunched(nproc: int, device) -> bool:
+    """With ``--nproc N`` (N > 1) run this same command in N processes; True once it has."""
+    if nproc == 1:
+        return False
+    from compressor.core.distributed import launch
+
+    root = click.get_current_context().find_root()
+    argv = list((root.obj or {}).get("argv") or sys.argv[1:])
+    argv = [a for i, a in enumerate(argv)   # drop --nproc N / --nproc=N
+            if a != "--nproc" and not a.startswith("--nproc=") and (i == 0 or argv[i - 1] != "--nproc")]
+    code = launch(nproc, argv, device)
+    if code:
+        sys.exit(code)
+    return True
+
+
+data_dir_option = click.option(
+    "--data-dir", envvar="GLUE_DIR", default=None, show_envvar=True,
+    help="Folder in GLUE's layout (SST-2/train.tsv ...), or 'embedded' for the packaged SST-2 slice.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="compressor")
+def cli():
+    """Compress transformer encoders: fine-tune, distil, prune, quantise, export, benchmark."""
+
+
+text_column_option = click.option(
+    "--text-column", "text_columns", multiple=True,
+    help="Column holding the text in your own file (give it twice for sentence pairs).")
+
+
+@cli.command()
+@click.option("--model", required=True, help="Checkpoint folder, alias (minilm-l6) or hub id.")
+@click.option("--task", default=None,
+              help="GLUE task: sst2, mrpc, rte, cola, stsb, wnli, ... (with --train-file: a name for yours).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Checkpoint folder to write.")
+@data_dir_option
+@click.option("--train-file", default=None, type=click.Path(dir_okay=False),
+              help="Your own labelled TSV/CSV/JSONL training file, instead of a GLUE task.")
+@click.option("--dev-file", default=None, type=click.Path(dir_okay=False),
+              help="Your own labelled dev file (scored during training).")
+@text_column_option
+@click.option("--label-column", default="label", show_default=True)
+@click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
+@click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
+@click.option("--holdout", type=int, default=0, show_default=True,
+              help="Leave N training rows (drawn with --seed) out of training and record them in the "
+                   "checkpoint: later searches (quantize --search-on holdout) and recipes use them as "
+                   "rows no model learned from.")
+@click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
+@nproc_option
+@_train_options
+def finetune(model, task, out, data_dir, train_file, dev_file, text_columns, label_column,
+             train_limit, dev_limit, holdout, overwrite, nproc, **kwargs):
+    """Fine-tune a model on a GLUE task or your own files; writes the checkpoint and metrics.json."""
+    from compressor.engine.train import finetune as run
+
+    if _relaunched(nproc, kwargs["device"]):
+        return
+
+    user_data = _user_data(train_file, dev_file, text_columns, label_column)
+    record = run(model, task, out, data_dir=data_dir, train_limit=train_limit,
+                 dev_limit=dev_limit, config=_train_config(kwargs), overwrite=overwrite,
+                 user_data=user_data, holdout=holdout)
+    _print_metrics(record)
+    click.echo(f"checkpoint: {os.path.abspath(out)}")
+
+
+@cli.command("eval")
+@click.argument("model")
+@click.option("--task", default=None, help="Defaults to the task the checkpoint was trained on.")
+@click.option("--split", default="dev", show_default=True)
+@data_dir_option
+@click.option("--limit", type=int, default=None, help="Score only the first N rows.")
+@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--max-length", type=int, default=None)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="JSON file for the record [default: MODEL/eval-TASK-SPLIT.json when MODEL is a folder].")
+@click.option("--input", "input_", default=None, type=click.Path(dir_okay=False),
+              help="Score on your own labelled TSV/CSV/JSONL file instead of a GLUE split.")
+@text_column_option
+@click.option("--label-column", default="label", show_default=True)
+def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, out, input_,
+          text_columns, label_column):
+    """Score MODEL on a task split (or your own labelled file) and write the metrics."""
+    from compressor.core.models import read_meta, resolve_model
+    from compressor.engine.scoring import evaluate
+
+    if out is None:
+        path = resolve_model(model)
+        name = task or (read_meta(path).get("task") if os.path.isdir(path) else None)
+        if os.path.isdir(path) and os.access(path, os.W_OK) and name:
+            out = os.path.join(path, f"eval-{name}-{'user' if input_ else split}.json")
+    record = evaluate(model, task=task, split=split, data_dir=data_dir, limit=limit,
+                      batch_size=batch_size, max_length=max_length, device=device, out=out,
+                      input=input_, text_columns=text_columns, label_column=label_column)
+    _print_metrics(record)
+    if out:
+        click.echo(f"written: {os.path.abspath(out)}")
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--input", "input_", required=True, type=click.Path(dir_okay=False))
+@click.option("--output", required=True, type=click.Path(dir_okay=False))
+@click.option("--task", default=None, help="Defaults to the task the checkpoint was trained on.")
+@text_column_option
+@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--max-length", type=int, default=None)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--onnx", is_flag=True,
+              help="MODEL is an ONNX export folder (compressor export): run it with onnxruntime, no torch.")
+def predict(model, input_, output, task, text_columns, batch_size, max_length, device, onnx):
+    """Label every row of a file (a GLUE test split, or your own TSV/CSV/JSONL)."""
+    if onnx:
+        from compressor.export.onnx import predict_file
+
+        result = predict_file(model, input_, output, text_columns=text_columns)
+        click.echo(f"{result['rows']} rows labelled: {result['output']}")
+        return
+    from compressor.engine.scoring import predict as run
+
+    result = run(model, input_, output, task=task, text_columns=text_columns,
+                 batch_size=batch_size, max_length=max_length, device=device)
+    click.echo(f"{result['rows']} rows labelled: {result['output']}")
+
+
+@cli.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run folder (resumable).")
+@data_dir_option
+@click.option("--device", default=None, help="Overrides the recipe's device.")
+@click.option("--task", default=None, help="Overrides the recipe's task (one recipe, every GLUE task).")
+@click.option("--teacher", default=None,
+              help="Overrides the recipe's teacher with a task checkpoint (no fine-tuning).")
+@nproc_option
+def run(recipe, out, data_dir, device, task, teacher, nproc):
+    """Run a recipe; re-running resumes from the first unfinished stage."""
+    if not _relaunched(nproc, device):
+        _run_and_print(recipe, out, data_dir, device, task=task, teacher=teacher)
+
+
+@cli.command()
+@click.option("--out", default="runs/demo", show_default=True, type=click.Path(file_okay=False))
+@click.option("--data-dir", default="embedded", show_default=True,
+              help="Where the SST-2 data comes from; the default is the slice inside the package.")
+@click.option("--device", default=None)
+def demo(out, data_dir, device):
+    """Run the default recipe on MiniLM-L6 and a small SST-2 slice."""
+    from compressor.recipe.demo import demo_recipe_path
+
+    _run_and_print(demo_recipe_path(), out, data_dir, device)
+
+
+def _run_and_print(recipe, out, data_dir, device, task=None, teacher=None):
+    from compressor.recipe import run_recipe
+
+    manifest = run_recipe(recipe, out, data_dir=data_dir, device=device, task=task, teacher=teacher)
+    for s in manifest["stages"]:
+        score = f"{s['score']:.2f}" if s.get("score") is not None else "-"
+        params = f"{s['parameters']:,}" if s.get("parameters") else "-"
+        click.echo(f"{s['dir']:<24} score {score:>6}  parameters {params}")
+    click.echo(f"report: {manifest['report']}")
+
+
+@cli.group()
+def recipe():
+    """Check recipes and list the stages they can use."""
+
+
+@recipe.command("validate")
+@click.argument("path", type=click.Path(dir_okay=False))
+def recipe_validate(path):
+    """Report every problem in a recipe, each with its line."""
+    from compressor.recipe import validate_recipe
+
+    if not os.path.isfile(path):
+        raise CompressorError(f"recipe not found: {path}")
+    problems = validate_recipe(path)
+    if problems:
+        for p in problems:
+            click.echo(p, err=True)
+        sys.exit(1)
+    click.echo(f"{path}: ok")
+
+
+@recipe.command("stages")
+def recipe_stages():
+    """List the registered stages and their settings."""
+    from compressor.recipe import all_stages
+    from compressor.core.settings import describe
+
+    for name, st in sorted(all_stages().items()):
+        click.echo(f"{name:<12} {st.summary}")
+        for line in describe(st.config_cls):
+            click.echo(f"{'':<12} {line}")
+
+
+@cli.command()
+def tasks():
+    """List the tasks, their metrics and labels."""
+    from compressor.core.data import TASKS
+
+    for t in TASKS.values():
+        labels = ", ".join(t.labels) if t.labels else "regression"
+        click.echo(f"{t.name:<8} {t.folder:<6} {'+'.join(t.metrics):<18} {labels}")
+
+
+def _user_data(train_file, dev_file, text_columns, label_column):
+    from compressor.core.data import UserData
+
+    if not (train_file or dev_file):
+        return None
+    if not text_columns:
+        raise CompressorError("your own files need --text-column (twice for sentence pairs)")
+    return UserData(train_file, dev_file, tuple(text_columns), label_column)
+
+
+def _print_metrics(record):
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in record["metrics"].items())
+    click.echo(f"{record['task']} {record['split']}: {metrics} "
+               f"({record['examples']} examples, score {record['score']:.2f})")
+
+
+# Each method's package adds its own commands: a module here defines ``register(cli)``.
+_COMMAND_MODULES = ("compressor.cli.distill", "compressor.cli.prune", "compressor.cli.share",
+                    "compressor.cli.theseus", "compressor.cli.quantize",
+                    "compressor.cli.export", "compressor.cli.bench", "compressor.cli.exit")
+
+
+def _add_commands():
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name).register(cli)
+
+
+_add_commands()
+
+
+def main(argv=None):
+    """Entry point: a user's mistake is one line on stderr and exit status 1, never a traceback."""
+    # transformers' advice ("You should probably TRAIN this model...") is noise at a command line
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        with terminate_cleanly():
+            _main(argv)
+    except SystemExit as exc:
+        _leave(exc.code)
+        raise
+    _leave(0)
+
+
+def _leave(code) -> None:
+    """One of several processes (torchrun) ends here once its command is done and the process
+    group is left: gloo's threads could race the interpreter's teardown and kill a finished rank
+    with "terminate called without an active exception" (exit 250)."""
+    from compressor.core.distributed import left_group
+
+    if not left_group():
+        return
+    import logging
+
+    if code is not None and not isinstance(code, int):   # sys.exit("message") prints it
+        print(code, file=sys.stderr)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+
+
+def _interrupted(args) -> str:
+    """What a user stopping this command should know: whether running it again resumes."""
+    command = next((a for a in args if not a.startswith("-")), "")
+    if command == "bench":
+        return ("interrupted: the results file holds the thread counts that finished (marked incomplete); "
+                "run the same command again to measure them all")
+    if command in ("run", "demo"):
+        return "interrupted: run the same command again to resume"
+    return "interrupted: nothing half-written is left; run the same command again to start over"
+
+
+def _main(argv):
+    args = list(sys.argv[1:] if argv is None else argv)
+    rank = int(os.environ.get("RANK", "0") or 0)
+    if rank:   # one of several processes (torchrun): rank 0 prints the results
+        sys.stdout = open(os.devnull, "w")
+    try:
+        code = cli.main(args=argv, prog_name="compressor", standalone_mode=False,
+                        obj={"argv": args})
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except CompressorError as exc:
+        for line in str(exc).splitlines():
+            click.echo(f"error: {f'rank {rank}: ' if rank else ''}{line}", err=True)
+        sys.exit(1)
+    except click.exceptions.Abort:
+        click.echo(_interrupted(args), err=True)
+        sys.exit(130)
+    except getattr(click.exceptions, "NoArgsIsHelpError", ()) as exc:
+        click.echo(exc.format_message())  # a bare group: its help, as click shows it
+        sys.exit(0)
+    except click.UsageError as exc:
+        # click's usage block is four lines; a user needs the one that says what is wrong
+        command = exc.ctx.command_path if exc.ctx is not None else "compressor"
+        click.echo(f"error: {command}: {exc.format_message()} (see {command} --help)", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo(_interrupted(args), err=True)
+        sys.exit(130)
+    finally:
+        from compressor.core.distributed import shutdown
+
+        shutdown()
+
+
+if __name__ == "__main__":
+    main()

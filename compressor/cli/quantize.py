@@ -1,0 +1,108 @@
+"""``compressor quantize``: a thin layer over ``compressor.quantize.quantize``."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+
+import click
+
+_HELP = {
+    "method": "dynamic, static, qat, mixed, auto, fp16 (onnxruntime); dynamic, weight_only, fp16, bf16 "
+              "(torchao); static, dynamic (inc).",
+    "backend": "onnxruntime (writes an ONNX export folder), torchao or inc (PyTorch folders).",
+    "preset": "Hardware to deploy to: avx2, avx512_vnni, amx, arm64.",
+    "calibration": "Static INT8 calibration: minmax, entropy, percentile.",
+    "max_drop": "mixed/auto: tolerated score drop in points on the search rows.",
+    "search_on": "mixed/auto: choose on dev (the dev score reported is then a best-of-dev), on "
+                 "--search-rows training rows drawn with --seed (dev scored once, at the end), or on "
+                 "holdout: the training rows the model was fine-tuned without (finetune --holdout N).",
+    "search_rows": "mixed/auto with --search-on train: how many training rows.",
+    "granularity": "mixed/auto: sensitivity per matrix or per layer.",
+    "exclude": "Keep this ONNX node / torch module in FP32 (repeatable).",
+    "smoothquant_alpha": "inc: apply SmoothQuant with this alpha before static INT8.",
+    "optimize": "onnxruntime: apply ORT's BERT fusions before quantising (export folders have them).",
+    "distill_alpha": "qat: weight of the FP32 model's soft targets (0: labels only).",
+}
+
+
+def _options(fn):
+    """One option per setting of any quantisation method, so the CLI and recipes take the same
+    settings; ``--backend`` and ``--method`` pick the config type, which must take the others given."""
+    from compressor.core.settings import variants
+    from compressor.quantize.configs import QuantizeConfig
+
+    fields, hints = {}, {}
+    for cls in variants(QuantizeConfig).values():
+        for f in dataclasses.fields(cls):
+            if f.init and f.name not in fields:
+                fields[f.name], hints[f.name] = f, typing.get_type_hints(cls)[f.name]
+    for f in reversed(list(fields.values())):
+        flag = "--" + f.name.replace("_", "-")
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) is list:
+            fn = click.option(flag, f.name, multiple=True, help=_HELP.get(f.name))(fn)
+        elif typing.get_origin(hint) is typing.Union and bool in args:
+            fn = click.option(f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=None,
+                              help=f"Override the preset ({f.name.replace('_', ' ')}).")(fn)
+        elif hint is bool:
+            fn = click.option(flag, f.name, is_flag=True, default=f.default, help=_HELP.get(f.name))(fn)
+        else:
+            kind = next((a for a in args if a is not type(None)), hint) if args else hint
+            default = f.default if f.default is not dataclasses.MISSING else None
+            fn = click.option(flag, f.name, type=kind, default=default, show_default=default is not None,
+                              help=_HELP.get(f.name))(fn)
+    fn = click.option("--method", default="dynamic", show_default=True, help=_HELP["method"])(fn)
+    return click.option("--backend", default="onnxruntime", show_default=True, help=_HELP["backend"])(fn)
+
+
+def _given(settings: dict) -> dict:
+    """The settings the user typed (defaults come from the method's own config type)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()
+            if ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)}
+
+
+def register(cli):
+    """Add this package's commands to the ``compressor`` command group."""
+
+    @cli.command("quantize")
+    @click.argument("model")
+    @click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write.")
+    @click.option("--task", default=None, help="The task, when the model does not say.")
+    @click.option("--data-dir", envvar="GLUE_DIR", default=None, show_envvar=True,
+                  help="GLUE folder (or 'embedded') for the dev score and calibration/training rows.")
+    @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
+    @click.option("--dev-limit", type=int, default=None, help="Score only the first N dev rows.")
+    @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
+    @_options
+    def quantize_command(model, out, task, data_dir, train_limit, dev_limit, overwrite, backend, method,
+                         **kwargs):
+        """Quantise a checkpoint or ONNX export folder (INT8, mixed precision, FP16/BF16)."""
+        from compressor.core.data import load_split
+        from compressor.engine.scoring import _task_for
+        from compressor.quantize.api import quantize
+        from compressor.quantize.configs import quantize_config
+
+        config = quantize_config(backend, method, **_given(kwargs))
+        task_spec, _ = _task_for(model, task) if os.path.isdir(model) else (None, None)
+        train = dev = None
+        if task_spec is not None and (train_limit is not None or dev_limit is not None):
+            if train_limit is not None:
+                train = load_split(task_spec, "train", data_dir=data_dir, limit=train_limit)
+            dev = load_split(task_spec, "dev", data_dir=data_dir, limit=dev_limit)
+        record = quantize(model, out, config, task=task, data_dir=data_dir, train_set=train, dev_set=dev,
+                          overwrite=overwrite)
+        if record.get("metrics"):
+            metrics = ", ".join(f"{k} {v:.4f}" for k, v in record["metrics"].items())
+            click.echo(f"{record['task']} dev: {metrics} ({record['examples']} examples, "
+                       f"score {record['score']:.2f})")
+        search = record.get("search") or {}
+        if search.get("chosen"):
+            click.echo(f"chose: {search['chosen']}")
+        if search.get("fp32_units") is not None:
+            click.echo(f"kept in FP32: {', '.join(search['fp32_units']) or 'nothing'}")
+        click.echo(f"written: {os.path.abspath(out)} ({record['size_bytes'] / 1e6:.1f} MB)")

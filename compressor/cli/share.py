@@ -1,0 +1,24 @@
+"""``compressor share``; ``compressor.cli`` calls ``register``."""
+import click
+
+
+def register(cli):
+    """Add this package's commands to the ``compressor`` command group."""
+    from compressor.cli.distill import _settings
+    from compressor.cli.prune import RECOVER_HELP, checkpoint_method, recover_settings, run_method
+
+    @cli.command()
+    @checkpoint_method("share")
+    @click.option("--set", "values", multiple=True, metavar="KEY=VALUE",
+                  help="A setting, repeatable: share=all|attention|ffn|none, group=2 (layers per "
+                       "group; 0: the whole stack), init=mean|index, index=0, embedding_rank=128, "
+                       "adapter_rank=8, device=cpu, seed=42.")
+    @click.option("--recover", "recover", multiple=True, metavar="KEY=VALUE", help=RECOVER_HELP)
+    def share(values, recover, **common):
+        """Share layer weights across layers (ALBERT) and/or factorise the word embedding, then recover."""
+        from compressor.share.stage import share as run
+
+        settings = _settings(values, "set")
+        if recover:
+            settings["recover"] = recover_settings(recover)
+        run_method(run, settings, made="shared model", **common)

@@ -1,0 +1,83 @@
+"""Tokenise once, pad per batch.
+
+Padding each batch only to its longest sentence (rather than to ``max_length``)
+is what makes CPU training on short GLUE sentences affordable.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Optional, Sequence
+
+import torch
+
+from compressor.core.arch import uses_token_type_ids
+
+
+def encode(tokenizer, examples: Sequence, max_length: int, config) -> List[Dict]:
+    """Token ids (unpadded) and the label of each example, in order."""
+    keep_types = uses_token_type_ids(config)
+    columns = list(zip(*[ex.texts for ex in examples])) if examples else []
+    enc = tokenizer(*[list(c) for c in columns], truncation=True, max_length=max_length,
+                    padding=False, return_token_type_ids=keep_types)
+    items = []
+    for i, ex in enumerate(examples):
+        item = {"input_ids": enc["input_ids"][i], "label": ex.label}
+        if keep_types:
+            item["token_type_ids"] = enc["token_type_ids"][i]
+        items.append(item)
+    return items
+
+
+def collate(items: Sequence[Dict], pad_id: int, regression: bool,
+            width: Optional[int] = None) -> Dict[str, torch.Tensor]:
+    """Pad ``items`` to their longest row, or to ``width`` (a global batch's, for one rank's share)."""
+    width = width or max(len(it["input_ids"]) for it in items)
+    ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(items), width), dtype=torch.long)
+    types = torch.zeros((len(items), width), dtype=torch.long) if "token_type_ids" in items[0] else None
+    for row, it in enumerate(items):
+        n = len(it["input_ids"])
+        ids[row, :n] = torch.tensor(it["input_ids"])
+        mask[row, :n] = 1
+        if types is not None:
+            types[row, :n] = torch.tensor(it["token_type_ids"])
+    batch = {"input_ids": ids, "attention_mask": mask}
+    if types is not None:
+        batch["token_type_ids"] = types
+    if all(it["label"] is not None for it in items):
+        batch["labels"] = torch.tensor([it["label"] for it in items],
+                                       dtype=torch.float if regression else torch.long)
+    return batch
+
+
+def iter_batches(items: Sequence[Dict], batch_size: int, pad_id: int, regression: bool,
+                 generator: Optional[torch.Generator] = None,
+                 rows: Optional[slice] = None) -> Iterator[Dict[str, torch.Tensor]]:
+    """Shuffled batches when a generator is given; otherwise length-sorted ones.
+
+    Length-sorted batches waste no compute on padding; ``order`` in each batch
+    says where its rows belong so predictions can be put back in input order.
+    ``rows`` (a function of the batch's row count giving a ``range``) keeps only those
+    rows of each batch, padded to the whole batch's width: one rank's share of a global
+    batch, collated without the other ranks' rows.
+    """
+    if generator is not None:
+        order = torch.randperm(len(items), generator=generator).tolist()
+    else:
+        order = sorted(range(len(items)), key=lambda i: len(items[i]["input_ids"]))
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        width = max(len(items[i]["input_ids"]) for i in idx)
+        mine = idx if rows is None else [idx[r] for r in rows(len(idx))]
+        batch = collate([items[i] for i in mine], pad_id, regression, width)
+        batch["order"] = torch.tensor(mine)
+        if rows is not None:
+            batch["global_rows"] = len(idx)
+        yield batch
+
+
+def to_device(batch: Dict[str, torch.Tensor], device) -> Dict[str, torch.Tensor]:
+    if torch.device(device).type == "cuda":
+        # from pinned memory the copy is queued behind the GPU's work instead of waiting for it
+        return {k: v.pin_memory().to(device, non_blocking=True)
+                for k, v in batch.items() if k not in ("order", "global_rows")}
+    return {k: v.to(device) for k, v in batch.items() if k not in ("order", "global_rows")}

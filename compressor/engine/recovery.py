@@ -1,0 +1,68 @@
+"""The settings every method shares that changes a trained model and then recovers it by
+training (pruning, sharing): how it recovers (``recover``: none, fine-tuning, or distillation
+from the unchanged model), the teacher, the data and the device. The job that runs it is
+:class:`compressor.engine.job.RecoveryJob`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from compressor.core.errors import CompressorError
+from compressor.core.settings import check_fields, from_values, positive, setting
+from compressor.core.settings import device as device_setting
+from compressor.engine.losses import KDSettings, Losses
+from compressor.engine.train_config import TrainConfig
+
+RECOVERY = ("none", "finetune", "distill")
+
+
+def fraction(value, name, config=None) -> Optional[str]:
+    if value is None or 0 <= value < 1:
+        return None
+    return f"{name} must be a fraction in [0, 1), got {value}"
+
+
+@dataclass
+class RecoverSettings(TrainConfig):
+    """Training after each pruning step: ``with`` none, finetune (task loss) or distill (from
+    the unpruned model, with ``losses``; soft targets by default)."""
+
+    mode: str = setting("distill", choices=RECOVERY)
+    losses: Losses = field(default_factory=lambda: Losses(kd=KDSettings()))   # distill only: name -> settings
+    # TrainConfig's fields with other defaults (and the same checks)
+    epochs: float = setting(1.0, check=TrainConfig.__dataclass_fields__["epochs"].metadata["check"])
+    warmup: float = setting(0.06, check=TrainConfig.__dataclass_fields__["warmup"].metadata["check"])
+    layerdrop: float = setting(0.0, check=fraction)   # LayerDrop (Fan et al.): skip each layer with this chance while recovering
+
+    def __post_init__(self):
+        self.losses = from_values(Losses, self.losses, "recover.losses")
+
+    def check(self) -> None:
+        super().check()
+        self.losses.check()
+        if self.mode == "distill" and not self.losses.active():
+            raise CompressorError("recover.losses needs a loss with a weight for mode distill")
+
+    def train_config(self) -> TrainConfig:
+        names = TrainConfig.__dataclass_fields__
+        return TrainConfig(**{k: getattr(self, k) for k in names})
+
+
+@dataclass
+class RecoveringConfig:
+    """Settings of every method that changes a trained model and then recovers it by training
+    (pruning, sharing): the recovery, the teacher it distils from, the data and the device."""
+
+    recover: RecoverSettings = field(default_factory=RecoverSettings)
+    max_length: int = setting(128, check=positive)
+    seed: int = 42
+    device: str = setting("auto", check=device_setting)
+    teacher: str = "input"       # distillation recovery: input (the unchanged model), recipe, or a folder
+
+    def __post_init__(self):
+        self.recover = from_values(RecoverSettings, self.recover, "recover")
+
+    def check(self) -> None:
+        check_fields(self)
+        check_fields(self.recover)
+        self.recover.check()

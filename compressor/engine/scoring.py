@@ -1,0 +1,244 @@
+"""Scoring a model on a task split, and labelling a user's file."""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from compressor.core.batches import encode, iter_batches, to_device
+from compressor.core.data import TASKS, get_task, load_split, read_glue_file, read_user_file, task_from_dict
+from compressor.core.device import autocast, resolve_device
+from compressor.core.errors import CompressorError
+from compressor.core.io import read_json, versions, write_json, write_text
+from compressor.core.loaders import kind_of
+from compressor.core.metrics import compute_metrics, task_score
+from compressor.core.models import load_for_task, read_meta, resolve_model
+from compressor.core.progress import progress
+
+DEFAULT_MAX_LENGTH = 128
+
+
+@torch.no_grad()
+def predict_logits(model, tokenizer, examples: Sequence, max_length: int, batch_size: int = 64,
+                   device: Optional[torch.device] = None, precision: str = "fp32",
+                   desc: Optional[str] = None) -> np.ndarray:
+    """Logits for ``examples`` in input order (regression: shape ``[n]``)."""
+    device = device or next(model.parameters(), torch.empty(0)).device  # no parameters: an ONNX graph
+    items = encode(tokenizer, examples, max_length, model.config)
+    regression = model.config.num_labels == 1
+    out = np.zeros((len(items), model.config.num_labels), dtype=np.float32)
+    was_training = model.training
+    model.eval()
+    batches = iter_batches(items, batch_size, tokenizer.pad_token_id or 0, regression)
+    total = (len(items) + batch_size - 1) // batch_size
+    for batch in progress(batches, total=total, desc=desc, unit="batch"):
+        order = batch["order"].numpy()
+        inputs = to_device(batch, device)
+        inputs.pop("labels", None)
+        with autocast(device, precision):
+            logits = model(**inputs).logits
+        out[order] = logits.float().cpu().numpy()
+    model.train(was_training)
+    return out[:, 0] if regression else out
+
+
+def predictions_from_logits(logits: np.ndarray, regression: bool) -> np.ndarray:
+    return logits if regression else logits.argmax(-1)
+
+
+def score(model, tokenizer, dataset, max_length: int, batch_size: int = 64,
+          device: Optional[torch.device] = None, desc: Optional[str] = None) -> dict:
+    """The task's GLUE metrics on a labelled dataset."""
+    _require_labels(dataset)
+    logits = predict_logits(model, tokenizer, dataset.examples, max_length, batch_size, device,
+                            desc=desc)
+    preds = predictions_from_logits(logits, dataset.task.is_regression)
+    return compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])
+
+
+def _require_labels(dataset) -> None:
+    if not dataset.labelled:
+        raise CompressorError(f"{dataset.source} has no labels ({dataset.split} split): "
+                              "it can be predicted, not scored")
+
+
+def _task_for(model_path: str, task: Optional[str]):
+    """The task named, else the one the checkpoint says it was trained on (custom ones too)."""
+    meta = read_meta(model_path) if os.path.isdir(model_path) else {}
+    if not meta.get("task") and kind_of(model_path) == "onnx":  # an export written before its compressor.json
+        manifest = read_json(os.path.join(model_path, "manifest.json"))
+        if not isinstance(manifest, dict):
+            raise CompressorError(f"{model_path}/manifest.json is not a JSON object; export the model again")
+        meta = {k: manifest[k] for k in ("task", "task_spec", "max_length") if manifest.get(k)}
+    if task:
+        return get_task(task), meta
+    if meta.get("task_spec"):
+        return task_from_dict(meta["task_spec"]), meta
+    if meta.get("task"):
+        return get_task(meta["task"]), meta
+    raise CompressorError(f"{model_path} does not say which task it was trained on; pass --task")
+
+
+def evaluate(model: str, task: Optional[str] = None, split: str = "dev",
+             data_dir: Optional[str] = None, limit: Optional[int] = None, batch_size: int = 64,
+             max_length: Optional[int] = None, device: str = "auto",
+             out: Optional[str] = None, input: Optional[str] = None,
+             text_columns: Optional[Sequence[str]] = None, label_column: str = "label") -> dict:
+    """Score a checkpoint on a task split, or on a labelled file of the user's (``input``).
+
+    Every kind of folder the toolkit writes is scored on this one path; an ONNX
+    export runs in onnxruntime, one sentence at a time, as ``quantize`` and
+    ``bench`` score graphs. The record is returned, and written to ``out`` (JSON) when given.
+    """
+    path = resolve_model(model)
+    task_spec, meta = _task_for(path, task)
+    max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
+    if input:
+        dataset = read_user_file(input, list(text_columns or task_spec.text_fields), label_column,
+                                 task=task_spec, split="user", limit=limit)
+        split = "user"
+    else:
+        dataset = load_split(task_spec, split, data_dir=data_dir, limit=limit)
+    dev = resolve_device(device)
+    net, tokenizer = load_for_task(path, task_spec, pytorch=False)
+    net.to(dev)
+    start = time.perf_counter()
+    metrics = score(net, tokenizer, dataset, max_length, batch_size, dev,
+                    desc=f"eval {task_spec.name}/{split}")
+    record = {
+        "model": os.path.abspath(path) if os.path.isdir(path) else path,
+        "task": task_spec.name, "split": split, "metrics": metrics,
+        "score": task_score(task_spec, metrics), "examples": len(dataset),
+        "data": dataset.source, "max_length": max_length,
+        "engine": getattr(net, "engine", "pytorch"),
+        "wall_time_s": round(time.perf_counter() - start, 3), "versions": versions(),
+    }
+    if out:
+        write_json(out, record)
+        record["written_to"] = os.path.abspath(out)
+    return record
+
+
+def predict(model: str, input: str, output: str, task: Optional[str] = None,
+            text_columns: Optional[Sequence[str]] = None, batch_size: int = 64,
+            max_length: Optional[int] = None, device: str = "auto") -> dict:
+    """Label every row of ``input`` and write ``index<TAB>prediction`` rows to ``output``.
+
+    A GLUE file (a test split included) is read with the task's own layout;
+    any other TSV/CSV/JSONL file needs ``text_columns`` (for a model trained on the user's
+    own files, the columns it was trained on are the default).
+    """
+    path = resolve_model(model)
+    task_spec, meta = _task_for(path, task)
+    max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
+    dataset = read_rows_to_label(input, task_spec, text_columns, output=output)
+    dev = resolve_device(device)
+    net, tokenizer = load_for_task(path, task_spec, pytorch=False)
+    net.to(dev)
+    logits = predict_logits(net, tokenizer, dataset.examples, max_length, batch_size, dev,
+                            desc="predict")
+    preds = predictions_from_logits(logits, task_spec.is_regression)
+    labels = [float(p) if task_spec.is_regression else task_spec.labels[int(p)] for p in preds]
+    write_predictions(output, dataset.examples, labels, input=input)
+    return {"input": input, "output": os.path.abspath(output), "rows": len(labels),
+            "task": task_spec.name}
+
+
+def read_rows_to_label(input: str, task_spec, text_columns: Optional[Sequence[str]] = None,
+                       output: Optional[str] = None):
+    """The rows of a file to label: a GLUE file in its task's layout, or a user's file by columns.
+
+    Every row is kept, an empty text too, so the predictions line up with the input row
+    for row. ``output``, when given, is checked first (:func:`check_output`).
+    """
+    if not os.path.isfile(input):
+        raise CompressorError(f"input file not found: {input}")
+    if output is not None:
+        check_output(input, output)
+    if text_columns or task_spec.name not in TASKS or not input.lower().endswith(".tsv"):
+        # the user's own file (CSV, JSONL, or a TSV with --text-column): columns by name
+        dataset = read_user_file(input, list(text_columns or task_spec.text_fields), task=task_spec)
+    else:
+        split = "test" if os.path.basename(input).startswith("test") else "dev"
+        dataset = read_glue_file(task_spec, input, split, to_label=True)
+    if len(dataset.examples) == 0:
+        raise CompressorError(f"{input} holds no rows to predict")
+    if len(dataset.examples[0].texts) != len(task_spec.text_fields):
+        raise CompressorError(f"{input}: task {task_spec.name} takes {len(task_spec.text_fields)} "
+                              f"text column(s), got {len(dataset.examples[0].texts)}")
+    return dataset
+
+
+PREDICTIONS_HEADER = "index\tprediction"
+
+
+def check_output(input: str, output: str) -> None:
+    """Refuse to write predictions over the input file (by any path to it), or over any
+    existing file that is not a predictions file (a user's own file is never overwritten)."""
+    if not os.path.lexists(output):
+        return
+    if os.path.exists(input) and os.path.exists(output) and os.path.samefile(input, output):
+        raise CompressorError(f"--output {output} is the input file; write the predictions to another file")
+    try:
+        with open(output, encoding="utf-8", errors="replace") as f:
+            first = f.readline().rstrip("\r\n")
+    except OSError:
+        first = None
+    if first != PREDICTIONS_HEADER:
+        raise CompressorError(f"--output {output} already exists and is not a predictions file "
+                              "(index<TAB>prediction); choose another name or delete it")
+
+
+def write_predictions(output: str, examples: Sequence, labels: Sequence, input: Optional[str] = None) -> None:
+    """``index<TAB>prediction`` rows, written whole or not at all (scores with 3 decimals).
+
+    With ``input``, :func:`check_output` guards the file first."""
+    if input is not None:
+        check_output(input, output)
+    buf = io.StringIO()
+    writer = csv.writer(buf, delimiter="\t", lineterminator="\n")
+    writer.writerow(PREDICTIONS_HEADER.split("\t"))
+    for ex, label in zip(examples, labels):
+        writer.writerow([ex.guid, f"{label:.3f}" if isinstance(label, float) else label])
+    write_text(output, buf.getvalue())
+
+
+SCORE_CACHE_ENV = "COMPRESSOR_SCORE_CACHE"
+
+
+def scored_before(model_dir: str, dataset, max_length: int, device, compute):
+    """``compute()`` (a metrics dict), or the metrics an earlier call kept for the same model
+    files, rows, length and device kind, when ``$COMPRESSOR_SCORE_CACHE`` names a folder (opt
+    in: a machine running many recipes on one teacher scores it once). The key hashes every
+    file of ``model_dir`` and every row, so a changed model or slice is scored afresh."""
+    import hashlib
+    import json
+
+    from compressor.core.data.readers import hash_rows
+    from compressor.core.guard import digest_files
+
+    folder = os.environ.get(SCORE_CACHE_ENV)
+    if not folder or not os.path.isdir(model_dir):
+        return compute()
+    h = hashlib.sha256(f"{max_length}|{torch.device(device).type}|{dataset.task.name}".encode())
+    h.update(json.dumps(digest_files(model_dir, skip=()), sort_keys=True).encode())
+    hash_rows(h, dataset.examples)
+    path = os.path.join(folder, h.hexdigest()[:32] + ".json")
+    if os.path.isfile(path):
+        try:
+            with open(path) as f:
+                return json.load(f)["metrics"]
+        except (OSError, ValueError, KeyError):
+            pass                                  # unreadable: score again and rewrite it
+    metrics = compute()
+    try:
+        os.makedirs(folder, exist_ok=True)
+        write_json(path, {"model": os.path.abspath(model_dir), "rows": len(dataset), "metrics": metrics})
+    except OSError:
+        pass                                      # a cache that cannot be written costs a rescore only
+    return metrics

@@ -1,0 +1,43 @@
+"""The settings of a training run, apart from the loop that runs them.
+
+Nothing here imports torch, so the command line can build its options from
+these fields (and answer ``--help``) without loading the training stack.
+``compressor.engine.train`` re-exports :class:`TrainConfig`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from compressor.core.device import PRECISIONS
+from compressor.core.settings import check_fields, not_negative, positive, setting
+from compressor.core.settings import device as device_setting
+
+
+@dataclass
+class TrainConfig:
+    """Settings of one training run; the names are the recipe keys and CLI options."""
+
+    epochs: float = setting(3.0, check=lambda v, name, c: _epochs(v, c))
+    lr: float = setting(5e-5, check=positive)
+    batch_size: int = setting(32, check=positive)
+    max_length: int = setting(128, check=positive)
+    seed: int = 42
+    warmup: float = setting(0.1, check=lambda v, name, c: None if 0 <= v < 1 else  # share of the steps
+                            f"warmup is a share of the steps in [0, 1), got {v}")   # spent warming up the lr
+    weight_decay: float = 0.01
+    grad_accum: int = setting(1, check=positive)
+    max_grad_norm: float = 1.0
+    eval_every: int = setting(0, check=not_negative)   # optimiser steps between dev evaluations; 0 = once per epoch
+    max_steps: int = setting(0, check=not_negative)    # stop after this many optimiser steps; 0 = no limit
+    device: str = setting("auto", check=device_setting)
+    precision: str = setting("fp32", choices=PRECISIONS)   # fp32, bf16 or fp16 (fp16 needs CUDA)
+
+    def check(self) -> None:
+        check_fields(self)
+
+
+def _epochs(value, config) -> Optional[str]:
+    if value <= 0 and (config is None or config.max_steps <= 0):
+        return "epochs must be positive (or set max_steps)"
+    return None

@@ -1,0 +1,386 @@
+"""INT8 and FP16 for ONNX models, with ONNX Runtime's quantiser.
+
+Input and output are export folders (``model.onnx`` beside the tokenizer,
+``config.json`` and ``manifest.json``): the output keeps every file of the
+input and replaces ``model.onnx``, so anything that runs an export runs a
+quantised one.
+
+We call ``onnxruntime.quantization`` directly rather than optimum's
+``ORTQuantizer``: the latter gives no way to pass ``extra_options``, and
+ONNX Runtime >= 1.20 then fails on graphs holding fused contrib operators
+(``Attention``, ``SkipLayerNormalization``: "Unable to find data type for
+weight_name ...") unless ``DefaultTensorType`` is set. Static calibration also
+needs our own data reader over the task's training rows.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import random
+import shutil
+import tempfile
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from compressor.core.arch import ARCHITECTURES
+from compressor.core.errors import CompressorError
+from compressor.core.io import atomic_dir, read_json, write_json
+from compressor.core.presets import HardwarePreset
+
+class _DropPreprocessAdvice(logging.Filter):
+    """ONNX Runtime's quantiser logs this on every call; we type the graph ourselves (_model_proto)."""
+
+    def filter(self, record):
+        return not str(record.msg).startswith("Please consider")
+
+
+logging.getLogger().addFilter(_DropPreprocessAdvice())
+
+ONNX_FILE = "model.onnx"
+MANIFEST = "manifest.json"
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+
+
+# -- export folders -----------------------------------------------------------
+
+def onnx_file(folder: str) -> str:
+    """The ``model.onnx`` of an export folder, or a clear error."""
+    path = os.path.join(folder, ONNX_FILE)
+    if not os.path.isfile(path):
+        raise CompressorError(f"{folder} holds no {ONNX_FILE}: not an ONNX export folder "
+                              "(export one with `compressor export`)")
+    return path
+
+
+def ensure_export(model_dir: str, work_dir: str) -> str:
+    """``model_dir`` if it is an export folder; else export the checkpoint into ``work_dir``."""
+    try:
+        from compressor.export.onnx import export_onnx, is_export
+    except ImportError:
+        raise CompressorError(f"{model_dir} is a PyTorch checkpoint and this install has no "
+                              "ONNX exporter (export.export_onnx); export it first") from None
+    if is_export(model_dir):
+        return model_dir
+    export_onnx(model_dir, work_dir, parity=False)  # the source model is scored anyway
+    return work_dir
+
+
+def quantization_of(folder: str) -> dict:
+    """What ``compressor quantize`` recorded in an export folder's manifest ({} for an FP32 export)."""
+    path = os.path.join(folder, MANIFEST)
+    return (read_json(path).get("quantization") or {}) if os.path.isfile(path) else {}
+
+
+def write_export(src_folder: str, out_dir: str, write_model, quantization: dict) -> str:
+    """A new export folder: every file of ``src_folder`` but ``model.onnx``, which ``write_model(path)`` writes."""
+    with atomic_dir(out_dir) as tmp:
+        for name in os.listdir(src_folder):
+            # parity.json compares the FP32 graph with PyTorch: it does not describe this one
+            if name in (ONNX_FILE, "parity.json") or name.startswith(".") or name.endswith(".onnx"):
+                continue
+            path = os.path.join(src_folder, name)
+            if os.path.isfile(path):
+                shutil.copy2(path, os.path.join(tmp, name))
+        write_model(os.path.join(tmp, ONNX_FILE))
+        manifest_path = os.path.join(tmp, MANIFEST)
+        manifest = read_json(manifest_path) if os.path.isfile(manifest_path) else {}
+        manifest["quantization"] = quantization
+        manifest["precision"] = _precision(quantization.get("method"))
+        manifest["onnx_size_bytes"] = os.path.getsize(os.path.join(tmp, ONNX_FILE))
+        write_json(manifest_path, manifest)
+    return out_dir
+
+
+def _precision(method) -> str:
+    return {"static": "int8-static", "fp16": "fp16"}.get(method, "int8-dynamic")
+
+
+# -- quantisation -----------------------------------------------------------
+
+def _extra_options(preset: HardwarePreset, **more) -> dict:
+    import onnx
+
+    return {"DefaultTensorType": onnx.TensorProto.FLOAT, "WeightSymmetric": preset.symmetric_weights,
+            "ActivationSymmetric": preset.symmetric_activations, **more}
+
+
+def _model_proto(path: str, optimize: bool):
+    """The graph to quantise: as exported, or after ONNX Runtime's BERT fusions; with every tensor typed.
+
+    ONNX's own shape inference cannot type the outputs of fused contrib
+    operators (Attention, SkipLayerNormalization), and the calibrator then
+    skips every tensor behind them; ONNX Runtime's symbolic inference can.
+    """
+    import onnx
+    import onnx.helper
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    from compressor.export.onnx import load_graph
+
+    model = load_graph(path)
+    if optimize:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        # num_heads/hidden_size 0: read off the graph; fusions only, so the file stays portable
+        model = optimize_model(path, model_type="bert", num_heads=0, hidden_size=0, opt_level=0).model
+        if not any(o.domain == "com.microsoft" for o in model.opset_import):
+            model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    try:
+        return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+    except Exception:  # an operator it does not know: quantise with what ONNX infers
+        return model
+
+
+def quantize_dynamic_onnx(src: str, dst: str, preset: HardwarePreset, optimize: bool = False,
+                          nodes_to_quantize: Optional[Sequence[str]] = None,
+                          nodes_to_exclude: Optional[Sequence[str]] = None,
+                          op_types: Optional[Sequence[str]] = None) -> None:
+    """Weights to INT8 once; activations quantised at run time from their observed range."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = _model_proto(src, optimize)
+    quantize_dynamic(model, dst, per_channel=preset.per_channel, reduce_range=preset.reduce_range,
+                     weight_type=QuantType.QInt8 if preset.symmetric_weights else QuantType.QUInt8,
+                     nodes_to_quantize=list(nodes_to_quantize or []) or None,
+                     nodes_to_exclude=list(nodes_to_exclude or []),
+                     op_types_to_quantize=list(op_types) if op_types else None,
+                     extra_options=_extra_options(preset))
+    check_attention_inputs_kept(model, dst)
+
+
+def check_attention_inputs_kept(source, dst: str) -> None:
+    """Refuse a quantised graph in which an ``Attention`` node lost inputs as a ``QAttention``.
+
+    ONNX Runtime's dynamic quantiser turns ``Attention`` into ``QAttention``, which has no
+    ``attention_bias`` input (5) nor ``past_sequence_length`` (6): it drops them without a word
+    and the graph computes something else (an additive bias such as MPNet's relative position
+    bias, or a mask folded into it, is gone). ``source`` is the graph that was quantised.
+    """
+    from compressor.export.onnx import load_graph
+
+    lost = {tuple(n.output): n.name for n in source.graph.node
+            if n.op_type == "Attention" and any(n.input[5:])}
+    if not lost:
+        return
+    dropped = [lost[tuple(n.output)] for n in load_graph(dst, load_external_data=False).graph.node
+               if n.op_type == "QAttention" and tuple(n.output) in lost]
+    if dropped:
+        os.remove(dst)
+        raise CompressorError(
+            f"dynamic INT8 would turn {len(dropped)} Attention node(s) with an attention bias "
+            f"({', '.join(dropped[:3])}{', ...' if len(dropped) > 3 else ''}) into QAttention, which "
+            "drops the bias and computes something else; refused (exclude those nodes from "
+            "quantisation, or export with MultiHeadAttention and separate Q/K/V MatMuls)")
+
+
+class _Reader:
+    """ONNX Runtime's calibration data reader over tokenised sentences, one per batch (no padding)."""
+
+    def __init__(self, feeds: List[Dict[str, np.ndarray]]):
+        self._feeds = feeds
+        self._it = iter(feeds)
+
+    def get_next(self):
+        return next(self._it, None)
+
+    def rewind(self):
+        self._it = iter(self._feeds)
+
+
+def calibration_feeds(predictor, examples: Sequence, samples: int, seed: int = 0) -> List[Dict[str, np.ndarray]]:
+    """Model inputs for ``samples`` rows drawn at random, one sentence each, as ``predictor``
+    (an ``compressor.export.runtime.Predictor``) encodes them when the graph is deployed and scored."""
+    from compressor.export.onnx import example_texts
+
+    rows = list(examples)
+    if not rows:
+        raise CompressorError("static quantisation needs training rows to calibrate on; none given")
+    picked = random.Random(seed).sample(rows, min(samples, len(rows)))
+    return [predictor.encode([text]) for text in example_texts(picked)]
+
+
+def _same_width(feeds: List[Dict[str, np.ndarray]], pad_id: int) -> List[Dict[str, np.ndarray]]:
+    """Pad every calibration feed to the longest one.
+
+    ONNX Runtime's histogram calibrators (entropy, percentile) stack each
+    tensor's outputs over all feeds, so the feeds must share one shape; the
+    masked padding adds a few [PAD] activations to the histograms.
+    """
+    width = max(f["input_ids"].shape[1] for f in feeds)
+    padded = []
+    for feed in feeds:
+        extra = width - feed["input_ids"].shape[1]
+        padded.append({k: np.pad(v, ((0, 0), (0, extra)),
+                                 constant_values=pad_id if k == "input_ids" else 0)
+                       for k, v in feed.items()})
+    return padded
+
+
+def quantize_static_onnx(src: str, dst: str, preset: HardwarePreset, feeds: List[Dict[str, np.ndarray]],
+                         method: str = "minmax", percentile: float = 99.999,
+                         nodes_to_exclude: Optional[Sequence[str]] = None,
+                         op_types: Sequence[str] = ("MatMul", "Gemm"), optimize: bool = False,
+                         pad_id: int = 0) -> None:
+    """QDQ INT8 with activation ranges fixed beforehand from calibration rows.
+
+    Only matrix products are quantised by default: quantising LayerNorm,
+    softmax or the embedding gather too costs accuracy and saves little time.
+    """
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    if method not in CALIBRATION_METHODS:
+        raise CompressorError(f"unknown calibration method '{method}'; use one of "
+                              f"{', '.join(CALIBRATION_METHODS)}")
+    calibrate = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+                 "percentile": CalibrationMethod.Percentile}[method]
+    extra = _extra_options(preset, CalibTensorRangeSymmetric=preset.symmetric_activations)
+    if method != "minmax":
+        feeds = _same_width(feeds, pad_id)
+    if method == "percentile":
+        extra["CalibPercentile"] = percentile
+    with tempfile.TemporaryDirectory(prefix="compressor-calib-") as tmp:
+        model = _model_proto(src, optimize)
+        # The calibrator writes an augmented copy of the graph: keep it out of the user's folders.
+        staged = os.path.join(tmp, "model.onnx")
+        import onnx
+
+        onnx.save(model, staged)
+        cwd = os.getcwd()
+        os.chdir(tmp)
+        try:
+            quantize_static(staged, dst, _Reader(feeds), quant_format=QuantFormat.QDQ,
+                            op_types_to_quantize=list(op_types), per_channel=preset.per_channel,
+                            reduce_range=preset.reduce_range,
+                            activation_type=QuantType.QInt8 if preset.symmetric_activations
+                            else QuantType.QUInt8,
+                            weight_type=QuantType.QInt8 if preset.symmetric_weights else QuantType.QUInt8,
+                            nodes_to_exclude=list(nodes_to_exclude or []),
+                            calibrate_method=calibrate, extra_options=extra)
+        finally:
+            os.chdir(cwd)
+
+
+PARITY_SENTENCES = 64
+# A quantised graph is refused when it is off on both counts: its predictions agree with FP32's
+# on fewer than PARITY_MIN_AGREEMENT of the sentences FP32 is surest of (margin at or above the
+# median; near-ties are left out, INT8 noise flips them in a sound graph) and its largest logit
+# difference exceeds PARITY_MAX_RELATIVE of FP32's largest logit. A coarse net: a sound graph of
+# a model whose logits hardly vary (an untrained head) misses one count, not both; the exact
+# guard against a known wrong rewrite is structural (check_attention_inputs_kept).
+PARITY_MIN_AGREEMENT = 0.75
+PARITY_MAX_RELATIVE = 0.75
+
+
+def parity_vs_fp32(fp32_folder: str, folder: str, examples=None, threads: Optional[int] = None) -> dict:
+    """The quantised graph of ``folder`` against the FP32 graph of ``fp32_folder``, one sentence at a
+    time (as both are scored and deployed), on up to ``PARITY_SENTENCES`` ``examples`` (task
+    examples; a few fixed sentences when there are none). Refused (``CompressorError``) when its
+    predictions agree with FP32's on fewer than ``PARITY_MIN_AGREEMENT`` of the sentences FP32 is
+    surest of (for regression: values within 5% of FP32's largest) and its largest logit difference
+    is more than ``PARITY_MAX_RELATIVE`` of FP32's largest logit."""
+    from compressor.export.onnx import example_texts
+    from compressor.export.runtime import Predictor
+
+    texts = example_texts(list(examples)[:PARITY_SENTENCES]) if examples else list(_PARITY_TEXTS)
+    reference = Predictor(fp32_folder, threads=threads).logits(texts, batch_size=1)
+    logits = Predictor(folder, threads=threads).logits(texts, batch_size=1)
+    diff = np.abs(reference - logits)
+    scale = float(np.abs(reference).max()) or 1.0
+    if reference.shape[-1] == 1:
+        same = diff[:, 0] <= 0.05 * scale
+        sure = np.ones(len(texts), bool)
+    else:
+        same = reference.argmax(-1) == logits.argmax(-1)
+        top = np.sort(reference, -1)
+        margin = top[:, -1] - top[:, -2]
+        sure = margin >= np.median(margin)
+    agreement = float(np.mean(same[sure]))
+    check = {"examples": len(texts), "identical_predictions": round(float(np.mean(same)), 6),
+             "identical_predictions_where_sure": round(agreement, 6), "sure": int(sure.sum()),
+             "max_abs_logit_diff": float(diff.max()), "relative_max_diff": round(float(diff.max()) / scale, 6),
+             "refused_when": {"identical_predictions_where_sure_below": PARITY_MIN_AGREEMENT,
+                              "relative_max_diff_above": PARITY_MAX_RELATIVE}}
+    if agreement < PARITY_MIN_AGREEMENT and check["relative_max_diff"] > PARITY_MAX_RELATIVE:
+        raise CompressorError(
+            f"the quantised graph agrees with FP32 on {100 * agreement:.1f}% of the {int(sure.sum())} "
+            f"sentences FP32 is surest of, its logits differ by up to {check['relative_max_diff']:.2f} of "
+            "FP32's largest: "
+            "it computes something else; refused")
+    return check
+
+
+_PARITY_TEXTS = ("a gripping , funny film", "flat , dull and lifeless from start to end",
+                 "the acting is superb but the plot never takes off", "an utter waste of time",
+                 "one of the best films of the year", "it is neither good nor bad , merely long")
+
+
+def convert_fp16_onnx(src: str, dst: str) -> None:
+    """FP16 weights and arithmetic for GPUs; inputs and outputs keep their types."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    from compressor.export.onnx import load_graph
+
+    model = convert_float_to_float16(load_graph(src), keep_io_types=True)
+    onnx.save(model, dst)
+
+
+def count_weights(path: str) -> int:
+    """Elements of the graph's floating-point initializers: the model's parameters."""
+    import onnx
+
+    from compressor.export.onnx import load_graph
+
+    model = load_graph(path, load_external_data=False)
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    return int(sum(np.prod(i.dims) for i in model.graph.initializer if i.data_type in floats))
+
+
+# the ONNX operators ONNX Runtime's dynamic mode turns into integer ones, when a weight feeds them
+QUANTIZABLE_OPS = ("MatMul", "Attention", "EmbedLayerNormalization", "Gather")
+# node names follow module paths (/bert/encoder/layer.0/...): the registry says which parts
+# hold the encoder layers and what the layer list is called
+_CONTAINERS = {part for spec in ARCHITECTURES.values() for part in spec.layers.split(".")[:-1]}
+_LAYER = re.compile(r"(?:%s)[._/](\d+)" % "|".join(
+    sorted({spec.layers.rpartition(".")[2] for spec in ARCHITECTURES.values()}, key=len, reverse=True)))
+
+
+def quantizable_units(onnx_path: str, granularity: str = "matrix") -> "OrderedDict[str, List[str]]":
+    """Unit name -> ONNX node names; a unit is one weight matrix or one encoder layer."""
+    from compressor.export.onnx import load_graph
+
+    if granularity not in ("matrix", "layer"):
+        raise CompressorError(f"granularity must be matrix or layer, got {granularity!r}")
+    model = load_graph(onnx_path, load_external_data=False)
+    weights = {i.name for i in model.graph.initializer if len(i.dims) == 2}
+    units: "OrderedDict[str, List[str]]" = OrderedDict()
+    attention_index = 0
+    for node in model.graph.node:
+        if node.op_type not in QUANTIZABLE_OPS or not any(i in weights for i in node.input):
+            continue
+        if node.op_type == "Attention":  # fused Q/K/V: named Attention_<n>, in layer order
+            layer, what = attention_index, "attention.qkv"
+            attention_index += 1
+        else:
+            match = _LAYER.search(node.name)
+            layer = int(match.group(1)) if match else None
+            what = _short(node.name)
+        if node.op_type in ("EmbedLayerNormalization", "Gather"):
+            layer, what = None, "embeddings"
+        if granularity == "layer":
+            name = f"layer.{layer}" if layer is not None else what
+        else:
+            name = f"layer.{layer}.{what}" if layer is not None and not _LAYER.match(what) else what
+        units.setdefault(name, []).append(node.name)
+    if not units:
+        raise CompressorError(f"{onnx_path}: no weight matrices that ONNX Runtime can quantise")
+    return units
+
+
+def _short(node_name: str) -> str:
+    """'/bert/encoder/layer.0/attention/output/dense/MatMul' -> 'layer.0.attention.output.dense'."""
+    parts = [p for p in node_name.strip("/").split("/")[:-1] if p not in _CONTAINERS]
+    return ".".join(parts) or node_name
