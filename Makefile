@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 GLUE_DIR ?= ../shared/glue_data
 
-.PHONY: demo test setup clean
+.PHONY: demo test test-fast setup clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,14 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/compressor demo --out runs/demo
 
+# Everything: the layer contract, the docs site (built --strict), unit, integration and end-to-end tests.
 test: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache
 	GLUE_DIR=$(GLUE_DIR) $(PY) -m pytest -q
+
+# The unit tier alone, for everyday work (under two minutes on two cores).
+test-fast: $(STAMP)
+	GLUE_DIR=$(GLUE_DIR) $(PY) -m pytest -q -m unit
 
 clean:
 	rm -rf runs .pytest_cache

@@ -106,3 +106,13 @@ def write_reviews(path, rows: int, start: int = 0) -> str:
         lines.append(f'"the film was {w}, and long {i % 7}",{"pos" if w in words[:4] else "neg"}')
     path.write_text("\n".join(lines) + "\n")
     return str(path)
+
+
+TIERS = ("unit", "integration", "e2e", "perf")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test without a tier marker is an integration test."""
+    for item in items:
+        if not any(item.get_closest_marker(t) for t in TIERS):
+            item.add_marker(pytest.mark.integration)

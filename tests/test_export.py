@@ -166,7 +166,7 @@ def test_cli_export_and_predict_onnx(checkpoints, bert_export, tmp_path):
                               "--parity-limit", "16"])
     assert res.exit_code == 0, res.output
     assert "identical predictions 100.00%" in res.output and "fusions:" in res.output
-    dev = os.path.join(os.path.dirname(__file__), "..", "compressor", "data", "embedded", "sst2", "dev.tsv")
+    dev = os.path.join(os.path.dirname(__file__), "..", "compressor", "core", "data", "embedded", "sst2", "dev.tsv")
     res = runner.invoke(cli, ["predict", bert_export, "--onnx", "--input", dev, "--output", str(tmp_path / "p.tsv")])
     assert res.exit_code == 0, res.output
     lines = open(tmp_path / "p.tsv").read().splitlines()

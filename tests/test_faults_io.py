@@ -20,8 +20,8 @@ from conftest import save_sst2_classifier
 from compressor.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EMBEDDED_DEV = os.path.join(ROOT, "compressor", "data", "embedded", "sst2", "dev.tsv")
-EMBEDDED_TRAIN = os.path.join(ROOT, "compressor", "data", "embedded", "sst2", "train.tsv")
+EMBEDDED_DEV = os.path.join(ROOT, "compressor", "core", "data", "embedded", "sst2", "dev.tsv")
+EMBEDDED_TRAIN = os.path.join(ROOT, "compressor", "core", "data", "embedded", "sst2", "train.tsv")
 FAST = ["--epochs", "1", "--batch-size", "16", "--max-length", "32", "--device", "cpu"]
 
 

@@ -25,7 +25,7 @@ from compressor.core.shapes import resize_layers
 
 SST2 = get_task("sst2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EMBEDDED_DEV = os.path.join(ROOT, "compressor", "data", "embedded", "sst2", "dev.tsv")
+EMBEDDED_DEV = os.path.join(ROOT, "compressor", "core", "data", "embedded", "sst2", "dev.tsv")
 TEXTS = ["a gripping, funny film", "flat and lifeless", "it is what it is, and no more than that"]
 
 
@@ -359,5 +359,5 @@ def test_reading_a_kind_imports_no_torch_and_models_does_not_import_the_students
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
-    source = open(os.path.join(ROOT, "compressor", "models.py")).read()
+    source = open(os.path.join(ROOT, "compressor", "core", "models.py")).read()
     assert "distill" not in source

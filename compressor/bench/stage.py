@@ -31,7 +31,7 @@ class BenchStageConfig:
 
 
 def _kinds() -> tuple:
-    from compressor.exit.runtime_loader import KIND as EXIT_ONNX   # early exit's segment chains
+    from compressor.exit.loader import KIND as EXIT_ONNX   # early exit's segment chains
 
     try:  # PyTorch models the quantisation stage made (torchao, INC, FP16/BF16)
         from compressor.quantize.torch_int8 import KIND

@@ -15,31 +15,23 @@ registers its loader beside its own code, and returns ``(model, tokenizer)``::
     def load_small(path, task=None, **options): ...
 
 ``compressor.core.models.load_for_task`` reads the kind and dispatches. The
-built-in kinds are found by module name (``HOMES``), so reading a kind imports
-nothing heavy; this module imports neither torch nor transformers.
+default kinds live in core; every other kind is registered by the ``loader``
+module of the package that makes it (``compressor.export.loader``,
+``compressor.quantize.loader``, ``compressor.exit.loader``), found by
+:func:`compressor.core.registry.discover` the first time an unknown kind is read.
+This module imports neither torch nor transformers.
 """
 from __future__ import annotations
 
-import importlib
 import os
 from dataclasses import dataclass
-from typing import Callable, Dict
+from typing import Callable
 
 from compressor.core.errors import CompressorError
+from compressor.core.registry import Registry
 from compressor.core.io import read_json
 
 META_FILE = "compressor.json"
-
-# the module that registers each built-in kind's loader, imported when a folder of that kind is loaded
-HOMES = {
-    "hf": "compressor.core.models",
-    "small": "compressor.core.small",
-    "torch-quantized": "compressor.quantize.torch_int8",
-    "onnx": "compressor.export.loader",
-    "early-exit": "compressor.exit.model",
-    "early-exit-onnx": "compressor.exit.runtime_loader",
-}
-
 
 @dataclass(frozen=True)
 class Loader:
@@ -49,7 +41,9 @@ class Loader:
     describe: str         # what such a folder is, in an error message
 
 
-_LOADERS: Dict[str, Loader] = {}
+# the default kinds (hf, small) register when compressor.core.models is imported; every other
+# kind lives with the method that makes it, in that package's ``loader`` module
+_LOADERS = Registry("folder kind", module="loader")
 
 
 def register_loader(kind: str, pytorch: bool = True, describe: str = ""):
@@ -60,21 +54,21 @@ def register_loader(kind: str, pytorch: bool = True, describe: str = ""):
     refused where a PyTorch checkpoint's weights are needed.
     """
     def register(fn: Callable) -> Callable:
-        _LOADERS[kind] = Loader(kind, fn, pytorch, describe or f"a '{kind}' folder")
+        _LOADERS.register(kind)(Loader(kind, fn, pytorch, describe or f"a '{kind}' folder"))
         return fn
     return register
 
 
 def loader_for(kind: str, where: str) -> Loader:
     """The loader registered for ``kind``; one line naming ``where`` the kind was read if none is."""
-    if kind not in _LOADERS and kind in HOMES:
-        importlib.import_module(HOMES[kind])
-    try:
-        return _LOADERS[kind]
-    except KeyError:
-        known = ", ".join(sorted(set(HOMES) | set(_LOADERS)))
+    import compressor.core.models  # noqa: F401  (the default kinds: hf)
+    import compressor.core.small  # noqa: F401  (small)
+
+    if kind not in _LOADERS:
+        known = ", ".join(sorted(_LOADERS))
         raise CompressorError(f"{where}: unknown kind {kind!r}, which this version cannot load "
-                              f"(known: {known})") from None
+                              f"(known: {known})")
+    return _LOADERS[kind]
 
 
 def read_meta(path: str) -> dict:

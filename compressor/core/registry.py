@@ -14,6 +14,7 @@ import importlib
 import os
 import pkgutil
 from dataclasses import dataclass
+from collections.abc import MutableMapping
 from typing import Callable, Dict, Optional, Tuple
 
 from compressor.core.errors import CompressorError
@@ -34,11 +35,6 @@ class StageType:
     summary: str = ""
 
 
-STAGES: Dict[str, StageType] = {}
-
-_loaded = False
-
-
 def discover(module: str) -> list:
     """Import ``compressor.<package>.<module>`` for every package of the toolkit that has a
     ``<module>.py``; returns the names imported. Only those modules (and their packages'
@@ -53,43 +49,81 @@ def discover(module: str) -> list:
     return found
 
 
-class Registry:
-    """Name -> object, filled by ``@registry.register(name)`` where each object is defined,
-    and completed on the first miss by :func:`discover` of the registry's ``module``."""
+def discover_package(package: str) -> list:
+    """Import every module of ``package`` (a package of the toolkit): where a method family
+    keeps one module per method, each registering itself."""
+    pkg = importlib.import_module(package)
+    names = []
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            names.append(f"{package}.{info.name}")
+            importlib.import_module(names[-1])
+    return names
 
-    def __init__(self, what: str, module: Optional[str] = None):
-        self.what, self.module = what, module
-        self._items: Dict[str, object] = {}
-        self._discovered = module is None
 
-    def register(self, name: str):
+class Registry(MutableMapping):
+    """Key -> object, filled by ``@registry.register(key)`` where each object is defined, and
+    completed on the first miss by importing where such objects live: every
+    ``compressor.<package>.<module>`` (``module=``, see :func:`discover`) or every module of one
+    package (``package=``). Stages, folder loaders, pruning and quantisation methods, losses
+    and folder runtimes are registries of this one type. ``registry[key]`` raises KeyError;
+    :meth:`lookup` says in one line what is known instead."""
+
+    def __init__(self, what: str, module: Optional[str] = None, package: Optional[str] = None):
+        self.what, self.module, self.package = what, module, package
+        self._items: Dict[object, object] = {}
+        self._discovered = module is None and package is None
+
+    def register(self, key):
         def wrap(obj):
-            self._items[name] = obj
+            self._items[key] = obj
             return obj
         return wrap
 
     def _complete(self) -> None:
         if not self._discovered:
             self._discovered = True
-            discover(self.module)
+            if self.module:
+                discover(self.module)
+            if self.package:
+                discover_package(self.package)
 
-    def get(self, name: str, default=None):
-        if name not in self._items:
+    def __getitem__(self, key):
+        if key not in self._items:
             self._complete()
-        return self._items.get(name, default)
+        return self._items[key]
 
-    def __getitem__(self, name: str):
-        item = self.get(name)
-        if item is None:
-            raise CompressorError(f"unknown {self.what} {name!r}; known: {', '.join(self.names()) or '(none)'}")
-        return item
+    def __setitem__(self, key, value) -> None:
+        self._items[key] = value
 
-    def __contains__(self, name: str) -> bool:
-        return self.get(name) is not None
+    def __delitem__(self, key) -> None:
+        del self._items[key]
+
+    def __contains__(self, key) -> bool:
+        if key not in self._items:
+            self._complete()
+        return key in self._items
+
+    def __iter__(self):
+        self._complete()
+        return iter(list(self._items))
+
+    def __len__(self) -> int:
+        self._complete()
+        return len(self._items)
+
+    def lookup(self, key, hint: str = ""):
+        """``self[key]``, or one line naming what is known."""
+        if key in self:
+            return self._items[key]
+        known = ", ".join(sorted(k if isinstance(k, str) else getattr(k, "__name__", str(k)) for k in self))
+        raise CompressorError(f"unknown {self.what} {key!r}{hint}; known: {known or '(none)'}")
 
     def names(self) -> list:
-        self._complete()
-        return sorted(self._items)
+        return sorted(self)
+
+
+STAGES = Registry("stage", module="stage")
 
 
 def register_stage(name: str, config_cls: type, accepts=(TRAINABLE,), produces=TRAINABLE):
@@ -102,23 +136,11 @@ def register_stage(name: str, config_cls: type, accepts=(TRAINABLE,), produces=T
 
 
 def get_stage(name: str) -> StageType:
-    _load()
-    try:
-        return STAGES[name]
-    except KeyError:
-        raise CompressorError(f"unknown stage '{name}'; known stages: {', '.join(sorted(STAGES))}") from None
+    return STAGES.lookup(name)
 
 
 def all_stages() -> Dict[str, StageType]:
-    _load()
-    return dict(STAGES)
-
-
-def _load() -> None:
-    global _loaded
-    if not _loaded:
-        discover("stage")
-        _loaded = True
+    return {name: STAGES[name] for name in STAGES.names()}
 
 
 # -- configs from recipe mappings: built by compressor.core.settings.config_from_dict --

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from compressor.core.arch import arch_of
 from compressor.core.errors import CompressorError
+from compressor.core.registry import Registry
 from compressor.core.settings import build, check_fields, not_negative, positive, setting
 
 MAPPINGS = ("uniform", "skip", "last")
@@ -274,7 +275,7 @@ class LossType:
                                       # whose hidden states it compares with the teacher's
 
 
-LOSSES: Dict[str, LossType] = {}
+LOSSES = Registry("loss")   # filled by @register_loss below (and by users' own losses)
 
 
 def register_loss(name: str, settings: type = LossSettings, uses: Sequence[str] = (), layers: bool = False,

@@ -21,7 +21,7 @@ from compressor.core.loaders import META_FILE, kind_of
 from compressor.exit.configs import ExitExportConfig
 from compressor.exit.model import KIND, EarlyExitModel, segments_of
 from compressor.exit.runtime import FORMAT
-from compressor.exit.runtime_loader import KIND as ONNX_KIND
+from compressor.exit.loader import KIND as ONNX_KIND
 
 
 def _export_segment(segment, model: EarlyExitModel, file: str, opset: int, types: bool) -> list:

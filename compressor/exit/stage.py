@@ -12,7 +12,7 @@ from compressor.core.models import count_parameters
 from compressor.core.registry import TRAINABLE, register_stage
 from compressor.exit.configs import EarlyExitConfig, ExitExportConfig
 from compressor.exit.model import KIND, EarlyExitModel
-from compressor.exit.runtime_loader import KIND as ONNX_KIND
+from compressor.exit.loader import KIND as ONNX_KIND
 
 
 def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig,

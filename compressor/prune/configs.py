@@ -17,11 +17,11 @@ this module only when a command runs, so its help stays fast.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List
+from typing import Callable, List
 
 from compressor.core.errors import CompressorError
+from compressor.core.registry import Registry
 from compressor.core.settings import (not_negative, picks_type_by, positive,
                         setting, tag, variant)
 from compressor.engine.recovery import RECOVERY, RecoverSettings, RecoveringConfig, fraction  # noqa: F401
@@ -96,27 +96,18 @@ class MagnitudePruneConfig(PruneConfig):
 
 # -- the registry ------------------------------------------------------------
 
-PRUNERS: Dict[type, Callable] = {}
-# the module that registers each built-in method's function, imported when it is first used
-HOMES = {StructuredPruneConfig: "compressor.prune.structured",
-         LayersPruneConfig: "compressor.prune.layers",
-         VocabPruneConfig: "compressor.prune.vocab",
-         MagnitudePruneConfig: "compressor.prune.magnitude"}
+# each method module of compressor.prune registers its function for its config type
+PRUNERS = Registry("pruning method", package="compressor.prune")
 
 
 def register_pruner(config_cls: type):
     """Decorator: ``fn(job, config) -> dict`` prunes ``job.model`` in place with configs of
     ``config_cls`` (recovering as ``config.recover`` says) and returns its record."""
-    def wrap(fn):
-        PRUNERS[config_cls] = fn
-        return fn
-    return wrap
+    return PRUNERS.register(config_cls)
 
 
 def pruner_for(config) -> Callable:
     for cls in type(config).__mro__:
-        if cls not in PRUNERS and cls in HOMES:
-            importlib.import_module(HOMES[cls])
         if cls in PRUNERS:
             return PRUNERS[cls]
     known = ", ".join(sorted(c.__name__ for c in PRUNERS))

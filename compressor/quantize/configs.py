@@ -15,9 +15,10 @@ config's type. Recipes and the command line name the type by ``backend`` and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Dict, List, Optional
+from typing import Callable, ClassVar, List, Optional
 
 from compressor.core.errors import CompressorError
+from compressor.core.registry import Registry
 from compressor.core.settings import (at_least_one, check_fields, config_from_dict, not_negative, picks_type_by,
                         positive, setting, share, tag, variant, variants)
 from compressor.core.settings import device as device_setting
@@ -270,15 +271,12 @@ def quantize_config(backend: str = "onnxruntime", method: str = "dynamic", **set
 
 # -- the registry: config type -> the function that quantises with it -------------------
 
-QUANTIZERS: Dict[type, Callable] = {}
+QUANTIZERS = Registry("quantisation method", package="compressor.quantize")
 
 
 def register_quantizer(config_cls: type):
     """Decorator: ``fn(job, config) -> dict`` quantises with configs of ``config_cls``."""
-    def wrap(fn):
-        QUANTIZERS[config_cls] = fn
-        return fn
-    return wrap
+    return QUANTIZERS.register(config_cls)
 
 
 def quantizer_for(config) -> Callable:

@@ -1,6 +1,6 @@
 """Rebuild the packaged SST-2 slice from a GLUE folder.
 
-    python compressor/data/embedded/make_slice.py GLUE_DIR
+    python compressor/core/data/embedded/make_slice.py GLUE_DIR
 
 dev.tsv is copied byte for byte; train.tsv keeps the header and 16,000 data
 rows chosen by random.Random(0).sample over the data rows, written in their

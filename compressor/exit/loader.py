@@ -1,5 +1,6 @@
-"""Kind ``early-exit-onnx`` for ``compressor.core.models.load_for_task``: the segment chain behind a
-classifier's call, so ``eval`` and ``predict`` score it one sentence at a time, as it is timed."""
+"""Kinds ``early-exit-onnx`` (the segment chain behind a classifier's call, so ``eval`` and
+``predict`` score it one sentence at a time, as it is timed) and ``early-exit`` (a PyTorch model
+with exit heads, registered where that model is defined)."""
 from __future__ import annotations
 
 from compressor.core.errors import CompressorError
@@ -20,3 +21,7 @@ def load_segments(path: str, task=None, **_):
         raise CompressorError(f"{path} classifies into {model.config.num_labels} labels but task "
                               f"{task.name} has {task.num_labels}")
     return model, GraphTokenizer(chain)
+
+
+# kind early-exit (a PyTorch model with exit heads) registers where the model is defined
+from compressor.exit import model as _model  # noqa: E402,F401
