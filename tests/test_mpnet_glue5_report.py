@@ -314,9 +314,10 @@ def test_the_pipeline_glue5_table_and_targets_a_and_e_on_it(edge_folder, tmp_pat
     assert "the chain in FP32 (its INT8 score is known for stsb, cola only)" in a["figures"]
     assert "not computed" in a["figures"]
     assert e["verdict"] == "not met" and e["value"] == pytest.approx((mean - 2) / mean, abs=1e-6)
-    # the table right after the Targets section
-    assert md.index("## Targets") < md.index("## GLUE-5 of the pipeline's models (dev scores, no latency)") \
-        < md.index("![latency versus score]")
+    # the table right after the Targets section; the plot before both, the rerun commands last, collapsed
+    assert md.index("![latency versus score]") < md.index("## Targets") \
+        < md.index("## GLUE-5 of the pipeline's models (dev scores, no latency)") < md.index("## How to rerun")
+    assert md.index("## Machines") < md.index("## How to rerun") < md.index("<details>") < md.index("</details>")
     assert "| chain-int8 | the chain, the toolkit's fused INT8 ONNX | - | - | 87.40 (98.20%) |" in md
 
 

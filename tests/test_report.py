@@ -59,7 +59,7 @@ def test_markdown_html_and_plot(results_file, tmp_path):
     res = CliRunner().invoke(cli, ["report", results_file, "--out", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
     md = open(tmp_path / "rep" / "report.md").read()
-    assert "| student-3L | ours | onnxruntime | fp32 | 1,000 | 4.0 | 88.00 | 97.8% | 6.00 |" in md
+    assert "| student-3L | student-3L | ours | onnxruntime | fp32 | 1,000 | 4.0 | 88.00 | 97.8% | 6.00 |" in md
     # the mean beside the percentiles: early exit's p50 hides the rows that run every layer
     assert "| p50 (ms) | p90 (ms) | mean (ms) |" in md and "| 6.00 | 7.80 | 6.60 |" in md
     assert "| slow-and-bad |" in md and re.search(r"\| slow-and-bad \|.*\|  \|$", md, re.M)  # not on the frontier
@@ -84,7 +84,7 @@ def test_every_thread_count_gets_a_table_and_a_speedup(tmp_path):
     md = open(tmp_path / "rep" / "report.md").read()
     assert "## Speed and score (batch 1, 1 thread)" in md and "## Speed and score (batch 1, 2 threads)" in md
     two = md.split("## Speed and score (batch 1, 2 threads)")[1].split("## Threads")[0]
-    assert "| student-int8 | ours | onnxruntime | fp32 | 1,000 | 4.0 | 87.00 | 96.7% | 2.50 |" in two
+    assert "| student-int8 | student-int8 | ours | onnxruntime | fp32 | 1,000 | 4.0 | 87.00 | 96.7% | 2.50 |" in two
     assert "ort-o2-int8" not in two.split("**Peers**")[0]
     assert "| p50 @ 1 | p50 @ 2 | speed-up @ 2 |" in md
     assert "| teacher | teacher | 20.00 | 12.50 | 1.60x |" in md
@@ -126,7 +126,7 @@ def test_run_folder_without_bench_and_bad_paths(tmp_path, tiny_models):
     assert rows[0]["name"] == "00-teacher" and rows[0]["retention"] == 1.0
     written = write_report_files([str(run)])
     assert not os.path.exists(run / "report.png")  # nothing timed: no plot
-    assert "| 00-teacher | hf | 1,000 |" in open(written[0]).read()
+    assert "| 00-teacher | teacher, FP32 | hf | 1,000 |" in open(written[0]).read()
     with pytest.raises(CompressorError, match="no such run folder"):
         collect([str(tmp_path / "missing")])
     (tmp_path / "other.json").write_text("{}")
@@ -240,3 +240,131 @@ def test_benches_of_several_tasks_are_compared_task_by_task(tmp_path):
     assert os.path.getsize(tmp_path / "rep" / "report-rte.png") > 0
     assert not os.path.exists(tmp_path / "rep" / "report.png")
     assert open(tmp_path / "rep" / "report.html").read().count("data:image/png;base64,") == 2
+
+
+def _fingerprint(flags):
+    return {"machine": "x86_64", "processor": "test CPU", "cores": 2, "cpu_flags": flags, "versions": {}}
+
+
+def test_every_warning_the_bench_recorded_reaches_the_report_beside_its_figures(tmp_path):
+    """Other processes' CPU share above the bench's threshold, a VNNI preset's INT8 graph timed on
+    an AVX2-only CPU (it saturates there), bf16 on a CPU that emulates it, and whatever warnings the
+    results file holds: each in the markdown and HTML, next to the table, its figures marked."""
+    from compressor.bench.report import plot_png, collect, row_warnings
+
+    noisy = _timed("student-int8", "ours", 0.58, 87.0)
+    noisy["extra"].update(other_cpu_share=0.855, precision="int8-dynamic", preset="avx512_vnni")
+    teacher = _timed("teacher", "teacher", 17.0, 90.0, engine="pytorch")
+    teacher["extra"]["other_cpu_share"] = 0.855
+    bf16 = _timed("teacher-bf16", "ours", 30.0, 90.0, engine="pytorch")
+    bf16["extra"]["precision"] = "bf16"
+    path = str(tmp_path / "results.json")
+    write_results(path, [teacher, noisy, bf16], command="compressor bench noisy",
+                  fingerprint_info=_fingerprint(["avx", "avx2", "fma"]),
+                  warnings=["the teacher's tokenizer was truncated at 64 tokens"])
+    res = CliRunner().invoke(cli, ["report", path, "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    md = open(tmp_path / "rep" / "report.md").read()
+    html = open(tmp_path / "rep" / "report.html").read()
+    for text in ("other processes used 86% of this machine's CPU while timing: these figures are noisy",
+                 "the avx512_vnni preset's INT8 graph saturates on this CPU",
+                 "bf16 on this CPU (no AVX-512 BF16 or AMX) is emulated",
+                 "the teacher's tokenizer was truncated at 64 tokens"):
+        assert text in md and text in html, text
+    speed = md.split("## Speed and score")[1]
+    # the warnings come before the plot and the table they qualify, naming the variants
+    assert speed.index("**Warning** (`teacher`, `student-int8`") < speed.index("![latency versus score]") \
+        < speed.index("| variant | name |")
+    assert "| 0.58 ⚠ |" in md and "29.31x ⚠" in md and "| 87.00 ⚠ |" in md   # latency, speed-up, score
+    assert "<b>Warning</b>" in html
+    # the plot's footnote: the same warnings (a taller figure than without them)
+    rows = collect([path])
+    quiet = [dict(r, extra={k: v for k, v in r["extra"].items() if k != "other_cpu_share"},
+                  fingerprint=_fingerprint(["avx2", "avx512_vnni", "avx512_bf16"]), file_warnings=None)
+             for r in rows]
+    assert all(row_warnings(r) == [] for r in quiet if r["name"] != "student-int8")
+    from PIL import Image
+    import io as _io
+    tall = Image.open(_io.BytesIO(plot_png(rows))).size[1]
+    short = Image.open(_io.BytesIO(plot_png([dict(r, extra={**r["extra"], "preset": None}) for r in quiet]))).size[1]
+    assert tall > short
+
+
+def _record(folder, stage, score, config=None, layers=None, **more):
+    os.makedirs(folder, exist_ok=True)
+    record = {"stage": stage, "dir": os.path.basename(folder), "kind": more.pop("kind", "hf"), "score": score,
+              "metrics": {"accuracy": score / 100}, "parameters": 1000, "size_bytes": 4000,
+              "wall_time_s": 1, "config": config or {}, "split": "dev", "examples": 872, **more}
+    with open(os.path.join(folder, "record.json"), "w") as f:
+        json.dump(record, f)
+    if layers:
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump({"num_hidden_layers": layers}, f)
+    return record
+
+
+def _tiny_run(tmp_path, bench_int8_score=87.0):
+    """A run folder as ``compressor run`` leaves it: teacher, distil to 3 layers, prune, export,
+    quantize and a bench of the last three."""
+    run = tmp_path / "run"
+    stages = [_record(str(run / "00-teacher"), "teacher", 90.0, layers=6),
+              _record(str(run / "01-distill"), "distill", 88.0, {"student": {"kind": "layers", "num_layers": 3}}),
+              _record(str(run / "02-prune"), "prune", 87.5, {"method": "structured", "heads": 0.5, "ffn": 0.5},
+                      layers=3),
+              _record(str(run / "03-export"), "export", 87.5, kind="onnx"),
+              _record(str(run / "04-quantize"), "quantize", 87.0, {"method": "dynamic", "preset": "auto"},
+                      kind="onnx", preset={"name": "avx2"})]
+    bench = [_timed("00-teacher", "teacher", 20.0, 90.0, engine="pytorch"),
+             _timed("03-export", "ours", 6.0, 87.5), _timed("04-quantize", "ours", 3.0, bench_int8_score),
+             _timed("ort-o2-int8", "peer", 5.0, 89.0)]
+    os.makedirs(run / "05-bench")
+    write_results(str(run / "05-bench" / "results.json"), bench, command="compressor bench (in the run)")
+    (run / "manifest.json").write_text(json.dumps({"recipe": "tiny", "task": "sst2", "source": "r.yaml",
+                                                   "stages": stages + [{"stage": "bench", "dir": "05-bench"}]}))
+    return run
+
+
+def test_variants_are_named_in_words_from_the_runs_records(tmp_path):
+    from compressor.bench.report import collect, variant_words
+
+    run = _tiny_run(tmp_path)
+    words = variant_words(collect([str(run)]))
+    assert words == {"00-teacher": "6-layer teacher, FP32", "01-distill": "3-layer student, FP32",
+                     "02-prune": "3-layer student, 50% heads/FFN pruned, FP32",
+                     "03-export": "3-layer student, 50% heads/FFN pruned, ONNX FP32",
+                     "04-quantize": "3-layer student, 50% heads/FFN pruned, ONNX INT8 (dynamic)"}
+    res = CliRunner().invoke(cli, ["report", str(run)])
+    assert res.exit_code == 0, res.output
+    md = open(run / "report.md").read()
+    # the words first, the stage folder beside them; the peers by their readable names
+    assert "| 3-layer student, 50% heads/FFN pruned, ONNX INT8 (dynamic) | 04-quantize | ours |" in md
+    assert "| 02-prune | 3-layer student, 50% heads/FFN pruned, FP32 | hf |" in md
+    assert "| ORT O2 + dynamic INT8 | ort-o2-int8 | peer |" in md
+    # the plot comes before the tables and the commands that made them
+    assert md.index("![latency versus score]") < md.index("| variant | name |") < md.index("Measured by:")
+    # one stage's words in a committed results file (its rows carry the stage configs)
+    rows = collect([os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "results",
+                                 "sst2-report-cpu.json")])
+    assert {r["extra"].get("variant") for r in rows if r["name"] == "03-quantize"} == \
+        {"3-layer student, ONNX INT8 (dynamic)"}
+
+
+def test_one_score_per_graph_or_two_labelled_measurements(tmp_path):
+    from compressor.bench.report import collect, markdown
+
+    same = markdown(collect([str(_tiny_run(tmp_path / "a"))]))
+    assert "†" not in same and "| 87.00 |" in same
+    md = markdown(collect([str(_tiny_run(tmp_path / "b", bench_int8_score=86.93))]))
+    stage_table, speed = md.split("## Speed and score")
+    assert "| 87.00† |" in stage_table and "| 86.93† |" in speed
+    assert "`04-quantize` scored 87.00 when its stage scored it (872 dev rows" in md
+    assert "86.93 when the bench scored it" in md
+
+
+def test_a_dense_plot_numbers_its_points_and_the_table_says_which(tmp_path):
+    from compressor.bench.report import markdown, plot_png
+
+    rows = [_timed(f"v{i}", "ours", 1.0 + i * 0.05, 85.0 + (i % 3) * 0.1) for i in range(20)]
+    md = markdown(rows, plot_file="report.png")
+    assert "| (1) v0 | v0 |" in md and "| (20) v19 | v19 |" in md
+    assert plot_png(rows)[:4] == b"\x89PNG"

@@ -742,18 +742,17 @@ def markdown(report: dict, plot_file: Optional[str] = None) -> str:
              "Every table's `score from` column names the file each score came from. Speed-ups compare batch-1 "
              "p50 with the teacher in PyTorch FP32 on the same machine and threads.",
              ""]
-    lines += _rerun_section(report)
-    lines += ["## Missing", ""]
-    lines += [f"- {m}" for m in report["missing"]] or ["Nothing: every input file is there."]
-    lines += [""]
-    lines += _targets_section(report)
-    lines += _pipeline_section(report)
-    if plot_file:
+    if plot_file:   # the plot and the tables first, the commands that made them last
         lines += [f"![latency versus score]({plot_file})", ""]
         lines += ["Plot panels: " + "; ".join(
             f"{p['name']}: " + (f"{p['machine']}, {p['drawn']} drawn" if p["machine"] else "nothing measured")
             + (f", {len(p['left_out'])} without a score left out ({', '.join(p['left_out'])})" if p["left_out"]
                else "") for p in report.get("plot", [])) + ".", ""]
+    lines += ["## Missing", ""]
+    lines += [f"- {m}" for m in report["missing"]] or ["Nothing: every input file is there."]
+    lines += [""]
+    lines += _targets_section(report)
+    lines += _pipeline_section(report)
     lines += _glue5_section(report)
     lines += _gpu_section(report)
     lines += _task_section(report)
@@ -768,11 +767,13 @@ def markdown(report: dict, plot_file: Optional[str] = None) -> str:
         lines += [f"**{fp['source']}** ({', '.join(fp['tasks'])}; {fp['hosts']} host(s)):", "", fp["text"], ""]
     if not report["fingerprints"]:
         lines += ["No results file, so no machine fingerprint.", ""]
+    lines += _rerun_section(report)
     return "\n".join(lines)
 
 
 def _rerun_section(report: dict) -> List[str]:
-    out = ["## How to rerun", ""]
+    out = ["## How to rerun", "", "<details>", "<summary>The commands that made every input file "
+           "(collapsed)</summary>", ""]
     files = report["commands"]["files"]
     for name, text in files.items():
         out += [f"`{name}`:", "", "```", text, "```", ""]
@@ -782,7 +783,8 @@ def _rerun_section(report: dict) -> List[str]:
     own = report["commands"]["results"]
     if own:
         out += ["", "Each results file's own command:", ""] + [f"- `{f}`: `{c}`" for f, c in own.items()]
-    out += ["", f"This report: `python -m bench.experiments.mpnet_glue5_report {report['folder']}`", ""]
+    out += ["", f"This report: `python -m bench.experiments.mpnet_glue5_report {report['folder']}`", "",
+            "</details>", ""]
     return out
 
 

@@ -559,6 +559,19 @@ def cpu_preset(flags: Optional[set] = None) -> str:
 
 # -- one benchmark over many variants --------------------------------------------
 
+NOISY_OTHER_SHARE = 0.1   # above this share of the CPU used by other processes, timings are noisy
+
+
+def noisy(share: Optional[float]) -> bool:
+    """Whether other processes took enough of the CPU while timing to make the figures noisy."""
+    return share is not None and share > NOISY_OTHER_SHARE
+
+
+def noisy_line(share: float) -> str:
+    return (f"other processes used {100 * share:.0f}% of this machine's CPU while timing: "
+            "these figures are noisy")
+
+
 def sample_texts(examples: Sequence, n: int, seed: int = 0) -> list:
     """``n`` dev texts drawn at random (a fixed seed), at their real lengths."""
     rng = np.random.default_rng(seed)
@@ -611,14 +624,13 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
                 for w in workers:
                     log(f"scoring {w.name} on {len(dev)} dev rows")
                     metrics = worker_score(w, task, dev)
-                    scores[w.name] = {"metrics": metrics, "score": task_score(task, metrics)}
+                    scores[w.name] = {"metrics": metrics, "score": task_score(task, metrics), "rows": len(dev)}
             load_sentences(workers, texts, config.warmup)
             log(f"batch 1: {len(texts)} sentences x {len(specs)} variants, in rounds of {config.block}")
             with OtherLoad([w.proc.pid for w in workers]) as load:
                 times = rounds_latency(workers, len(texts), config.block, config.pause_s)
-            if load.share is not None and load.share > 0.1:
-                log(f"other processes used {100 * load.share:.0f}% of this machine's CPU while timing: "
-                    "these figures are noisy")
+            if noisy(load.share):
+                log(noisy_line(load.share))
             for name, measured in times.items():
                 results[(name, threads, 1)] = {"latency_ms": percentiles(measured), "sentences": len(measured)}
             other_load[threads] = load.share
@@ -647,8 +659,12 @@ def _rows(specs, task, config: BenchConfig, scores: dict, memory: dict, results:
             extra = {"group": s.group, "precision": s.precision, "source": s.source, "path": shown_path(s.path) if s.path else s.path,
                      "metrics": sc.get("metrics"), **s.extra, "spinning": s.spinning, "timing": policy}
             extra.update(memory.get(s.name) or {})
+            if sc.get("rows"):
+                extra["scored_rows"] = sc["rows"]   # the score: every dev row, one sentence at a time (ONNX)
             if bs == 1:
                 extra["other_cpu_share"] = other_load.get(threads)
+                if noisy(other_load.get(threads)):
+                    extra["warnings"] = [noisy_line(other_load[threads])]
             rows.append(row(s.name, task.name, "+".join(task.metrics), sc.get("score"), teacher_value,
                             parameters=s.parameters, size_bytes=s.size_bytes, engine=s.engine,
                             device=s.device, threads=threads, batch_size=bs, **measured, extra=extra))

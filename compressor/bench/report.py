@@ -18,8 +18,10 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence
 
+from compressor.bench.harness import noisy, noisy_line
 from compressor.core.errors import CompressorError
 from compressor.core.io import read_json, write_bytes, write_text
+from compressor.core.presets import detect_preset
 from compressor.core.results import FORMAT, row, run_command, shown_path
 
 RESULTS_NAME = "results.json"
@@ -56,7 +58,14 @@ def _file_rows(path: str) -> List[dict]:
         r.setdefault("fingerprint", doc.get("fingerprint"))
         if (doc.get("config") or {}).get("complete") is False:
             r["incomplete"] = True   # a benchmark stopped before its last thread count
+        if doc.get("warnings"):
+            r["file_warnings"] = list(doc["warnings"])   # what its producer warned of, for every row
         out.append(r)
+    words = variant_words(out)
+    for r in out:
+        if r["name"] in words:
+            r.setdefault("extra", {})
+            r["extra"] = {**(r["extra"] or {}), "variant": words[r["name"]]}
     return out
 
 
@@ -77,15 +86,93 @@ def _run_rows(folder: str) -> List[dict]:
         record_file = os.path.join(folder, s["dir"], "record.json")
         record = read_json(record_file) if os.path.isfile(record_file) else s
         if record.get("score") is not None:
+            preset = record.get("preset")
+            extra = {"stage": record.get("stage"), "kind": record.get("kind"),
+                     "metrics": record.get("metrics"), "wall_time_s": record.get("wall_time_s"),
+                     "config": record.get("config"), "layers": _layers(os.path.join(folder, s["dir"])),
+                     "split": record.get("split"), "examples": record.get("examples"),
+                     "preset": preset.get("name") if isinstance(preset, dict) else preset,
+                     "warnings": record.get("warnings")}
             rows.append(row(s["dir"], manifest["task"], "+".join((record.get("metrics") or {}).keys()) or "score",
                             record.get("score"), teacher_value, parameters=record.get("parameters"),
                             size_bytes=record.get("size_bytes"), command=command,
-                            extra={"stage": record.get("stage"), "kind": record.get("kind"),
-                                   "metrics": record.get("metrics"), "wall_time_s": record.get("wall_time_s")}))
+                            extra={k: v for k, v in extra.items() if v is not None}))
         results = os.path.join(folder, s["dir"], RESULTS_NAME)
         if os.path.isfile(results):
             rows += _file_rows(results)
+    words = variant_words(rows)   # the bench's rows of a stage's graph: that stage's words and preset
+    presets = {r["name"]: r["extra"]["preset"] for r in rows if (r.get("extra") or {}).get("preset")}
+    for r in rows:
+        e = r.setdefault("extra", {})
+        if r["name"] in words:
+            e["variant"] = words[r["name"]]
+        if r["name"] in presets:
+            e.setdefault("preset", presets[r["name"]])
     return rows
+
+
+def _layers(folder: str) -> Optional[int]:
+    """The encoder layers of a stage folder's model (its ``compressor.json`` shape or ``config.json``)."""
+    for name, keys in (("compressor.json", ("shape", "layers")), ("config.json", ("num_hidden_layers",))):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            try:
+                value = read_json(path)
+                for k in keys:
+                    value = value.get(k) if isinstance(value, dict) else None
+            except CompressorError:
+                value = None
+            if isinstance(value, int):
+                return value
+    return None
+
+
+def variant_words(rows: Sequence[dict]) -> Dict[str, str]:
+    """{stage folder: what its model is, in words}, e.g. "3-layer student, 50% heads/FFN pruned,
+    ONNX INT8 (dynamic)": built stage by stage from the stage rows' records (their ``config``,
+    the layers their folder holds), each stage changing what the one before it made."""
+    out: Dict[str, str] = {}
+    role, layers, changes, onnx, precision = "teacher", None, [], False, "FP32"
+    for r in rows:
+        e = r.get("extra") or {}
+        stage, cfg = e.get("stage"), e.get("config") or {}
+        if not stage or r.get("latency_ms") or r.get("throughput") or r["name"] in out:
+            continue
+        if stage == "teacher":
+            role, layers, changes, onnx, precision = "teacher", None, [], False, "FP32"
+        elif stage in ("distill", "theseus"):
+            student = cfg.get("student") if isinstance(cfg.get("student"), dict) else {}
+            role, changes = "student", []
+            layers = student.get("num_layers") or cfg.get("num_layers") or cfg.get("layers") or None
+            if stage == "theseus":
+                changes = ["layers replaced (Theseus)"]
+        elif stage == "prune":
+            method = cfg.get("method", "structured")
+            if method == "structured":
+                heads, ffn = cfg.get("heads", 0.5), cfg.get("ffn", 0.0)
+                changes.append(f"{heads:.0%} heads/FFN pruned" if heads == ffn
+                               else ", ".join(f"{share:.0%} {what} pruned" for share, what in
+                                              ((heads, "heads"), (ffn, "FFN")) if share))
+            elif method == "vocab":
+                changes.append("vocabulary pruned")
+            elif method == "magnitude":
+                changes.append(f"{cfg.get('sparsity', 0.9):.0%} of weights zeroed")
+            elif method != "layers":   # layers: the count says it
+                changes.append(f"{method} pruned")
+        elif stage == "share":
+            changes.append("layers shared")
+        elif stage == "early_exit":
+            changes.append("early exit")
+        elif stage in ("export", "early_exit_export"):
+            onnx = True
+        elif stage == "quantize":
+            onnx, precision = True, "INT8" + (f" ({cfg['method']})" if cfg.get("method") else "")
+        elif stage == "quantize_torch":
+            precision = "INT8" + (f" ({cfg['method']})" if cfg.get("method") else "")
+        layers = e.get("layers") or layers
+        who = f"{layers}-layer {role}" if layers else role
+        out[r["name"]] = ", ".join([who, *changes, ("ONNX " if onnx else "") + precision])
+    return out
 
 
 def _is_results(path: str) -> bool:
@@ -216,6 +303,48 @@ def _group(v: dict) -> str:
     return (v.get("extra") or {}).get("group", "ours")
 
 
+def _words(v: dict) -> str:
+    """A variant in words: a peer's readable name, a stage's words (``variant_words``), else its name."""
+    if _group(v) == "peer":
+        return _label(v)
+    return (v.get("extra") or {}).get("variant") or v["name"]
+
+
+def row_warnings(v: dict) -> List[tuple]:
+    """What a row's figures must be read with: ``[(affects, text)]``, ``affects`` "latency",
+    "score" or "all". The warnings its producer recorded (the row's ``extra.warnings``, the results
+    file's ``warnings``), and those the bench's own records imply: other processes' share of the CPU
+    while timing above the bench's threshold, a VNNI/AMX preset's INT8 graph run on a CPU where its
+    products saturate (its score there is wrong), bf16 on a CPU that emulates it."""
+    e = v.get("extra") or {}
+    out: List[tuple] = []
+    share = e.get("other_cpu_share")
+    if v.get("latency_ms") and noisy(share):
+        out.append(("latency", noisy_line(share)))
+    for text in list(e.get("warnings") or []) + list(v.get("file_warnings") or []):
+        if not any(text == t for _, t in out):
+            out.append(("latency" if "other processes used" in text else "all", text))
+    fp = v.get("fingerprint") or {}
+    flags = set(fp.get("cpu_flags") or [])
+    x86 = (fp.get("machine") or "x86_64").lower() in ("x86_64", "amd64")
+    precision = str(e.get("precision") or "")
+    preset = e.get("preset") or _preset_in(e.get("source"))
+    if (flags and x86 and v.get("engine") == "onnxruntime" and "int8" in precision
+            and preset in ("avx512_vnni", "amx") and detect_preset(flags, "x86_64") == "avx2"):
+        out.append(("score", f"the {preset} preset's INT8 graph saturates on this CPU (AVX2 without VNNI): "
+                             "its score measured here is wrong"))
+    if precision == "bf16" and (v.get("device") or "cpu") == "cpu" and flags and x86 \
+            and not flags & {"avx512_bf16", "amx_bf16"}:
+        out.append(("latency", "bf16 on this CPU (no AVX-512 BF16 or AMX) is emulated: several times "
+                               "slower than on a CPU with bf16"))
+    return out
+
+
+def _preset_in(source) -> Optional[str]:
+    found = re.search(r"\((avx2|avx512_vnni|amx|arm64)\)", source or "")
+    return found.group(1) if found else None
+
+
 # -- writing -----------------------------------------------------------------
 
 def plot_name(task: str, tasks: Sequence[str]) -> str:
@@ -233,18 +362,25 @@ def markdown(rows: Sequence[dict], title: str = "Compression report", threads: O
         lines += ["Incomplete: " + ", ".join(f"`{f}`" for f in stopped) + " stopped before every thread "
                   "count was measured; what it finished is shown.", ""]
     stage_rows = [r for r in rows if (r.get("extra") or {}).get("stage")]
+    differs = two_scores(rows)
     if stage_rows:
         lines += ["## Stages", "",
-                  "| stage | kind | parameters | size (MB) | metrics | score | vs teacher | time (s) |",
-                  "|---|---|---:|---:|---|---:|---:|---:|"]
+                  "| stage | variant | kind | parameters | size (MB) | metrics | score | vs teacher | time (s) |",
+                  "|---|---|---|---:|---:|---|---:|---:|---:|"]
         for r in stage_rows:
             e = r["extra"]
             metrics = ", ".join(f"{k} {v:.4f}" for k, v in (e.get("metrics") or {}).items())
-            lines.append(f"| {r['name']} | {e.get('kind') or ''} | {_int(r.get('parameters'))} | "
-                         f"{_mb(r.get('size_bytes'))} | {metrics} | {_num(r.get('value'))} | "
-                         f"{_pct(r.get('retention'))} | {_num(e.get('wall_time_s'), 0)} |")
+            mark = "†" if r["name"] in differs else ""
+            lines.append(f"| {r['name']} | {e.get('variant') or ''} | {e.get('kind') or ''} | "
+                         f"{_int(r.get('parameters'))} | {_mb(r.get('size_bytes'))} | {metrics} | "
+                         f"{_num(r.get('value'))}{mark} | {_pct(r.get('retention'))} | "
+                         f"{_num(e.get('wall_time_s'), 0)} |")
         lines += ["", "Scores are the task's GLUE metric(s) on the dev split, x100 (a task with two "
                   "metrics scores their mean). Each stage's full record is `NN-<stage>/record.json`.", ""]
+        stage_warnings = [f"- **Warning** (`{r['name']}`): {t}" for r in stage_rows
+                          for t in (r["extra"].get("warnings") or [])]
+        lines += stage_warnings + ([""] if stage_warnings else [])
+        lines += _two_scores_note(differs)
     glue = _glue_table(rows)
     lines += glue
     scored = [r for r in rows if r.get("value") is not None and not r.get("latency_ms")
@@ -268,13 +404,20 @@ def markdown(rows: Sequence[dict], title: str = "Compression report", threads: O
         named = f"{task}: " if len(tasks) > 1 else ""
         t = view["threads"]
         lines += [f"## {named}Speed and score (batch 1, {t} thread{'s' if t != 1 else ''})", ""]
+        warned = _warning_lines(view["lines"])
+        lines += warned + ([""] if warned else [])
         if plots.get(task):
             lines += [f"![latency versus score]({plots[task]})", ""]
-        lines += _speed_table(view)
+            if warned:
+                lines += ["*The plot's figures carry the warnings above (its footnote says so too).*", ""]
+        lines += _speed_table(view, differs)
         counts = thread_counts(task_rows) if threads is None else [t]
         for other in [c for c in counts if c != t]:   # every other thread count measured
             lines += ["", f"## {named}Speed and score (batch 1, {other} thread{'s' if other != 1 else ''})", ""]
-            lines += _speed_table(variants(task_rows, other))
+            other_view = variants(task_rows, other)
+            warned = _warning_lines(other_view["lines"])
+            lines += warned + ([""] if warned else [])
+            lines += _speed_table(other_view, differs)
         if len(counts) > 1:
             lines += ["", *_threads_table(task_rows, counts, named)]
         lines.append("")
@@ -326,20 +469,87 @@ def _threads_table(rows: Sequence[dict], counts: Sequence[int], named: str = "")
     return lines
 
 
-def _speed_table(view: dict) -> List[str]:
-    """One thread count's table of every variant, and the peers line."""
+def two_scores(rows: Sequence[dict]) -> Dict[str, dict]:
+    """The graphs scored twice with different results: {name: {"stage", "bench", "stage_rows",
+    "bench_rows"}} where a run's stage record and its bench scored one graph (one stage folder)
+    differently, e.g. when the stage's scorer then differed from the bench's (other tokenisation,
+    session or threads). A current run scores both through ``export.onnx.score_onnx``."""
+    stages = {r["name"]: r for r in rows if (r.get("extra") or {}).get("stage") and r.get("value") is not None}
+    out: Dict[str, dict] = {}
+    for r in rows:
+        s = stages.get(r["name"])
+        if s is None or not r.get("latency_ms") or r.get("value") is None or r.get("task") != s.get("task"):
+            continue
+        if round(r["value"], 2) != round(s["value"], 2):
+            out[r["name"]] = {"stage": s["value"], "bench": r["value"],
+                              "stage_rows": (s["extra"] or {}).get("examples"),
+                              "bench_rows": (r.get("extra") or {}).get("scored_rows")}
+    return out
+
+
+def _rows_said(n) -> str:
+    return f"{n} dev rows" if n else "the dev split"
+
+
+def _two_scores_note(differs: Dict[str, dict]) -> List[str]:
+    if not differs:
+        return []
+    return ["† Two measurements of one graph: " + "; ".join(
+        f"`{name}` scored {d['stage']:.2f} when its stage scored it ({_rows_said(d['stage_rows'])}, the "
+        f"stage's scorer) and {d['bench']:.2f} when the bench scored it ({_rows_said(d['bench_rows'])}, one "
+        "sentence at a time in the bench's worker)" for name, d in differs.items())
+        + ". The stage table shows the stage's figure, the speed tables and the plot the bench's (the "
+        "figure measured beside the timings); the code that made this run scored them by different paths "
+        "(a run made now scores both through `export.onnx.score_onnx`, one figure).", ""]
+
+
+def _warning_lines(lines: Sequence[dict]) -> List[str]:
+    """One markdown line per warning the shown variants' figures carry, naming the variants."""
+    groups: Dict[tuple, List[str]] = {}
+    for v in lines:
+        for affects, text in row_warnings(v):
+            groups.setdefault((affects, text), []).append(v["name"])
+    out = []
+    for (affects, text), names in groups.items():
+        who = ("every variant" if len(names) == len(lines) and len(lines) > 1
+               else ", ".join(f"`{n}`" for n in names))
+        what = {"latency": "latencies and speed-ups", "score": "scores"}.get(affects, "figures")
+        out.append(f"- **Warning** ({who}; their {what} are marked ⚠): {text}")
+    return out
+
+
+def _warned(v: dict, what: str) -> str:
+    return " ⚠" if any(a in (what, "all") for a, _ in row_warnings(v)) else ""
+
+
+def numbered(view: dict) -> bool:
+    """Whether the plot names its points by number (many points): the tables then show the numbers."""
+    return len([v for v in view["lines"] if v.get("value") is not None]) > DENSE
+
+
+DENSE = 14   # more scored points than this: the plot numbers them instead of naming them
+
+
+def _speed_table(view: dict, differs: Optional[Dict[str, dict]] = None) -> List[str]:
+    """One thread count's table of every variant (in words, its row name beside it), and the peers line."""
     t = view["threads"]
-    lines = ["| variant | group | engine | precision | parameters | size (MB) | score | retention "
+    differs = differs or {}
+    numbers = _point_numbers(view) if numbered(view) else {}
+    lines = ["| variant | name | group | engine | precision | parameters | size (MB) | score | retention "
              "| p50 (ms) | p90 (ms) | mean (ms) | vs teacher | vs best peer | throughput (sent/s @ batch) "
              "| peak RSS (MB) | Pareto |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"]
+             "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"]
     for v in view["lines"]:
         tp = v.get("throughput_best")
+        slow, wrong = _warned(v, "latency"), _warned(v, "score")
+        number = f"({numbers[v['name']]}) " if v["name"] in numbers else ""
         lines.append(
-            f"| {v['name']} | {_group(v)} | {v.get('engine', '')} | {(v.get('extra') or {}).get('precision', '')} "
-            f"| {_int(v.get('parameters'))} | {_mb(v.get('size_bytes'))} | {_num(v.get('value'))} "
-            f"| {_pct(v.get('retention'))} | {v['p50']:.2f} | {v['p90']:.2f} | {_num(v.get('mean'))} "
-            f"| {_x(v['speedup_teacher'])} "
+            f"| {number}{_words(v)} | {v['name']} | {_group(v)} | {v.get('engine', '')} "
+            f"| {(v.get('extra') or {}).get('precision', '')} "
+            f"| {_int(v.get('parameters'))} | {_mb(v.get('size_bytes'))} | {_num(v.get('value'))}"
+            f"{'†' if v['name'] in differs else ''}{wrong} "
+            f"| {_pct(v.get('retention'))} | {v['p50']:.2f}{slow} | {v['p90']:.2f} | {_num(v.get('mean'))} "
+            f"| {_x(v['speedup_teacher'])}{slow if v['speedup_teacher'] else ''} "
             f"| {_x(v['speedup_best_peer'])} | {f'{tp[1]:.0f} @ {tp[0]}' if tp else ''} "
             f"| {_num((v.get('extra') or {}).get('peak_rss_mb'), 0)} | {'yes' if v['pareto'] else ''} |")
     peers = [v for v in view["lines"] if _group(v) == "peer"]
@@ -390,7 +600,7 @@ def plot_png(rows: Sequence[dict], threads: Optional[int] = None, task: Optional
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5.2), dpi=110)
+    fig, ax = plt.subplots(figsize=(9.5, 5.6), dpi=110)
     for group, colour in GROUP_COLOURS.items():
         pts = [p for p in points if _group(p) == group]
         if pts:
@@ -401,9 +611,10 @@ def plot_png(rows: Sequence[dict], threads: Optional[int] = None, task: Optional
         curve = (p.get("extra") or {}).get("curve")
         if curve:
             curves.setdefault(curve, []).append(p)
-    for curve, pts in curves.items():
+    shades = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#ff7f0e"]
+    for i, (curve, pts) in enumerate(curves.items()):
         pts = sorted(pts, key=lambda p: p["p50"])
-        ax.plot([p["p50"] for p in pts], [p["value"] for p in pts], "-", lw=1.2, color="#9467bd",
+        ax.plot([p["p50"] for p in pts], [p["value"] for p in pts], "-", lw=1.2, color=shades[i % len(shades)],
                 alpha=0.8, zorder=2, label=curve)
     frontier = sorted((p for p in points if p["pareto"]), key=lambda p: p["p50"])
     if frontier:
@@ -420,33 +631,95 @@ def plot_png(rows: Sequence[dict], threads: Optional[int] = None, task: Optional
     ax.xaxis.set_minor_formatter(NullFormatter())
     lo, hi = min(p["p50"] for p in points), max(p["p50"] for p in points)
     ax.set_xlim(lo / 1.25, hi * 1.35)
-    _label_points(ax, points)
+    lo_y, hi_y = min(p["value"] for p in points), max(p["value"] for p in points)
+    pad = max(hi_y - lo_y, 0.5) * 0.12
+    ax.set_ylim(lo_y - pad, hi_y + pad)
     ax.set_xlabel(f"p50 latency per sentence, batch 1, {view['threads']} thread(s) (ms, log scale)")
     task = points[0].get("task", "")
     ax.set_ylabel(f"{task} dev score (x100)")
     ax.set_title("Latency versus score (up and left is better)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    numbers = _point_numbers(view) if numbered(view) else {}
+    # outside the axes, so it covers no point
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0.0,
+              title="points numbered as in the\nreport's speed table" if numbers else None,
+              title_fontsize=7)
+    notes = []
+    for v in view["lines"]:
+        for _, text in row_warnings(v):
+            if text not in notes:
+                notes.append(text)
+    if notes:   # the figures' warnings go with the figure
+        import textwrap
+
+        fig.text(0.01, 0.01, "\n".join(textwrap.fill("Warning: " + n, 150) for n in notes), fontsize=7,
+                 color="#b00", va="bottom", ha="left")
+    fig.tight_layout(rect=(0, 0.035 * len(notes) + (0.02 if notes else 0), 1, 1))
+    _label_points(ax, points, numbers)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format="png", bbox_inches="tight", pad_inches=0.15)
     plt.close(fig)
     return buf.getvalue()
 
 
-def _label_points(ax, points) -> None:
-    """Name every point; labels that would overprint one another are stacked upwards."""
-    ax.figure.canvas.draw()
-    placed = []  # display-space boxes of labels already placed
-    for p in sorted(points, key=lambda p: (p["p50"], p["value"])):
-        x, y = ax.transData.transform((p["p50"], p["value"]))
-        dy = 5
-        while any(abs(x - px) < 90 and abs(y + dy - py) < 11 for px, py in placed):
-            dy += 11
-        placed.append((x, y + dy))
-        ax.annotate(_label(p), (p["p50"], p["value"]), textcoords="offset points",
-                    xytext=(6, dy), fontsize=8,
-                    arrowprops=dict(arrowstyle="-", color="#999", lw=0.6) if dy > 5 else None)
+def _point_numbers(view: dict) -> Dict[str, int]:
+    """{variant: its number}, in the speed table's order, for a plot with many points."""
+    scored = [v for v in view["lines"] if v.get("value") is not None]
+    return {v["name"]: i for i, v in enumerate(scored, 1)}
+
+
+def _label_points(ax, points, numbers: Optional[Dict[str, int]] = None) -> None:
+    """Name every point (by its words, or by number where ``numbers``): each label goes to the first
+    spot around its point, moving outwards, that overlaps no other label and no point and stays
+    inside the axes (so never over the title); a label away from its point gets a leader line."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    scale = fig.dpi / 72.0
+    xy = [tuple(ax.transData.transform((p["p50"], p["value"]))) for p in points]
+    marks = [(x - 7, y - 7, x + 7, y + 7) for x, y in xy]  # the markers (and Pareto rings), display px
+    placed: List[tuple] = []
+
+    def free(box) -> bool:
+        x0, y0, x1, y1 = box
+        if x0 < frame.x0 + 2 or x1 > frame.x1 - 2 or y0 < frame.y0 + 2 or y1 > frame.y1 - 2:
+            return False
+        return not any(x0 < b[2] and b[0] < x1 and y0 < b[3] and b[1] < y1 for b in placed + marks)
+
+    order = sorted(range(len(points)), key=lambda i: (points[i]["p50"], -points[i]["value"]))
+    for i in order:
+        p, (x, y) = points[i], xy[i]
+        text = str(numbers[p["name"]]) if numbers else _words(p)
+        label = ax.annotate(text, (p["p50"], p["value"]), textcoords="offset points", xytext=(0, 0),
+                            fontsize=7 if numbers else 8, zorder=5, ha="left", va="bottom")
+        box = label.get_window_extent(renderer)
+        w, h = box.width, box.height
+        spot = None
+        for r in (8, 14, 22, 32, 44, 58, 75, 95, 120):
+            for ux, uy in ((1, 0.3), (1, -0.6), (-1, 0.3), (-1, -0.6), (0, 1), (0, -1.4),
+                           (0.8, 0.9), (-0.8, 0.9), (0.8, -1.1), (-0.8, -1.1)):
+                dx, dy = ux * r * scale, uy * r * scale
+                x0 = x + dx if ux > 0 else (x + dx - w if ux < 0 else x - w / 2)
+                y0 = y + dy
+                cand = (x0, y0, x0 + w, y0 + h)
+                if free(cand):
+                    spot = cand
+                    break
+            if spot:
+                break
+        if spot is None:   # nowhere free: right of the point, as before
+            spot = (x + 6 * scale, y + 4 * scale, x + 6 * scale + w, y + 4 * scale + h)
+        placed.append(spot)
+        off = ((spot[0] - x) / scale, (spot[1] - y) / scale)
+        label.set_position(off)
+        near = abs(off[0]) < 12 and abs(off[1]) < 12
+        if not near:
+            label.arrow_patch = None
+            ax.annotate("", (p["p50"], p["value"]),
+                        xytext=((spot[0] + spot[2]) / 2 / scale - x / scale, (spot[1] + spot[3]) / 2 / scale - y / scale),
+                        textcoords="offset points",
+                        arrowprops=dict(arrowstyle="-", color="#999", lw=0.5, shrinkA=0, shrinkB=3), zorder=1)
 
 
 def plots(rows: Sequence[dict], threads: Optional[int] = None) -> Dict[str, bytes]:
@@ -510,6 +783,9 @@ def md_to_html(md: str, png=None) -> str:
         if in_list and not line.startswith("- "):
             out.append("</ul>")
             in_list = False
+        if re.fullmatch(r"</?details>|<summary>[^<>]*</summary>", line.strip()):
+            out.append(line.strip())   # a collapsed block (the markdown's own HTML, as GitHub renders it)
+            continue
         heading = re.match(r"(#{1,4}) (.*)", line)
         if heading:
             n = len(heading.group(1))
