@@ -10,7 +10,8 @@ import transformers
 from compressor.core.arch import arch_of
 from compressor.core.errors import CompressorError
 from compressor.prune.configs import MagnitudePruneConfig, RecoverSettings, pruner_for
-from compressor.engine.job import RecoveryJob, frozen_copy
+from compressor.engine.job import RecoveryJob
+from compressor.engine.teacher import frozen_copy
 from compressor.prune.magnitude import (MaskKeeper, chosen_weights, cubic_sparsity, magnitude_masks,
                                         prune_magnitude)
 from compressor.engine.train import Callback, TrainState

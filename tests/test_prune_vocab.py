@@ -13,7 +13,8 @@ from compressor.core.data import get_task, load_split
 from compressor.core.errors import CompressorError
 from compressor.core.models import checkpoint_meta, load_for_task, save_checkpoint
 from compressor.prune.configs import RecoverSettings, VocabPruneConfig, pruner_for
-from compressor.engine.job import RecoveryJob, frozen_copy
+from compressor.engine.job import RecoveryJob
+from compressor.engine.teacher import frozen_copy
 
 from conftest import tiny_config
 

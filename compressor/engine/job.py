@@ -7,7 +7,6 @@ unpruned model stays available as ``job.teacher`` for distillation recovery.
 """
 from __future__ import annotations
 
-import copy
 import random
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence
@@ -20,6 +19,7 @@ from compressor.core.errors import CompressorError
 from compressor.core.metrics import task_score
 from compressor.engine.scoring import score
 from compressor.engine.layerdrop import LayerDrop
+from compressor.engine.teacher import frozen_copy
 from compressor.engine.train import Callback, fit, task_loss
 from compressor.engine.recovery import RecoveringConfig
 
@@ -139,11 +139,3 @@ def load_with_teacher(model_dir: str, task, config, teacher_dir: Optional[str] =
                               "here; use teacher: input or a folder")
     teacher, teacher_tok = load_for_task(source, task, attn_implementation=attn)
     return model, tokenizer, teacher, teacher_tok
-
-
-def frozen_copy(model: nn.Module) -> nn.Module:
-    """An eval-mode copy of ``model`` whose weights take no gradient (the unpruned teacher)."""
-    teacher = copy.deepcopy(model).eval()
-    for p in teacher.parameters():
-        p.requires_grad_(False)
-    return teacher

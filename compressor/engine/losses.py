@@ -42,6 +42,16 @@ def logits_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> to
     return F.mse_loss(student_logits.float(), teacher_logits.float())
 
 
+def soft_targets(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                 temperature: float = 1.0) -> torch.Tensor:
+    """The toolkit's one soft-target loss (the registered ``kd``, and what every method that
+    learns from a teacher's logits uses): Hinton's soft cross-entropy at ``temperature``, or
+    the MSE between outputs for a regression task (one output)."""
+    if student_logits.shape[-1] == 1:
+        return logits_mse(student_logits, teacher_logits)
+    return soft_cross_entropy(student_logits, teacher_logits, temperature)
+
+
 def task_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """The hard-label loss: cross-entropy, or MSE for a regression task (one output)."""
     if logits.shape[-1] == 1:
@@ -410,9 +420,7 @@ class KDSettings(LossSettings):
 @register_loss("kd", KDSettings, uses=("teacher_logits",))
 def kd(signals: Signals, settings: KDSettings) -> torch.Tensor:
     """Hinton's soft targets at ``temperature``; MSE between logits for a regression task."""
-    if signals.regression:
-        return logits_mse(signals.student.logits, signals.teacher_logits)
-    return soft_cross_entropy(signals.student.logits, signals.teacher_logits, settings.temperature)
+    return soft_targets(signals.student.logits, signals.teacher_logits, settings.temperature)
 
 
 @register_loss("task", uses=("labels",))

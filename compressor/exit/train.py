@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from compressor.core.batches import encode, iter_batches, to_device
-from compressor.engine.losses import soft_cross_entropy, task_loss
+from compressor.engine.losses import soft_targets, task_loss
 from compressor.core.errors import CompressorError
 from compressor.core.metrics import compute_metrics, task_score
 from compressor.core.progress import progress
@@ -98,9 +98,7 @@ class ExitLoss:
         self.weights = torch.tensor(weights) / sum(weights)
 
     def _soft(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-        if self.regression:
-            return torch.nn.functional.mse_loss(student.float(), teacher.float())
-        return soft_cross_entropy(student, teacher, self.config.temperature)
+        return soft_targets(student, teacher, self.config.temperature)
 
     def __call__(self, model, batch: dict) -> torch.Tensor:
         mode = self.config.training

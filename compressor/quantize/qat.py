@@ -16,7 +16,6 @@ what training simulated.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Dict
 
 import torch
@@ -100,30 +99,6 @@ def strip_qat(model: nn.Module) -> nn.Module:
     return model
 
 
-@dataclass
-class DistillLoss:
-    """Task loss mixed with soft targets from a frozen FP32 teacher (``alpha`` on the soft part)."""
-
-    teacher: nn.Module
-    alpha: float = 0.5
-    temperature: float = 2.0
-
-    def __call__(self, model, batch):
-        out = model(**batch)
-        if self.alpha <= 0:
-            return out.loss
-        inputs = {k: v for k, v in batch.items() if k != "labels"}
-        with torch.no_grad():
-            teacher_logits = self.teacher(**inputs).logits
-        if teacher_logits.shape[-1] == 1:  # regression: match the teacher's output
-            soft = F.mse_loss(out.logits, teacher_logits)
-        else:
-            t = self.temperature
-            soft = F.kl_div(F.log_softmax(out.logits / t, -1), F.softmax(teacher_logits / t, -1),
-                            reduction="batchmean") * t * t
-        return (1 - self.alpha) * out.loss + self.alpha * soft
-
-
 def qat_train(model: nn.Module, tokenizer, train_set, dev_set, config, per_channel: bool = True,
               reduce_range: bool = False, distill_alpha: float = 0.5, temperature: float = 2.0,
               desc: str = "qat") -> dict:
@@ -134,24 +109,21 @@ def qat_train(model: nn.Module, tokenizer, train_set, dev_set, config, per_chann
     Returns the training history plus the dev score of the fake-quantised
     model before training (what post-training quantisation alone gives).
     """
-    import copy
 
     from compressor.core.device import resolve_device
     from compressor.core.metrics import task_score
     from compressor.engine.scoring import score
+    from compressor.engine.teacher import TeacherLoss, frozen_copy
     from compressor.engine.train import fit, set_seed
 
     set_seed(config.seed)
     device = resolve_device(config.device)
-    teacher = None
-    if distill_alpha > 0:
-        teacher = copy.deepcopy(model).to(device).eval()
-        for p in teacher.parameters():
-            p.requires_grad_(False)
+    teacher = frozen_copy(model).to(device) if distill_alpha > 0 else None
     count = prepare_qat(model, per_channel, reduce_range)
     model.to(device)
     before = score(model, tokenizer, dev_set, config.max_length, 64, device, desc="score fake-int8")
-    loss_fn = DistillLoss(teacher, distill_alpha, temperature) if teacher is not None else None
+    loss_fn = TeacherLoss(teacher, kd_weight=distill_alpha, temperature=temperature,
+                          task_weight=1 - distill_alpha) if teacher is not None else None
     kwargs = {"loss_fn": loss_fn} if loss_fn is not None else {}
     result = fit(model, tokenizer, train_set, dev_set, config, desc=desc, **kwargs)
     strip_qat(model)

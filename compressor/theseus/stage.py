@@ -8,7 +8,6 @@ predecessor (the input model) where that weight is not 0.
 """
 from __future__ import annotations
 
-import copy
 import time
 from typing import Optional
 
@@ -16,32 +15,25 @@ import torch
 
 from compressor.core.arch import arch_of
 from compressor.core.device import resolve_device
-from compressor.engine.losses import logits_mse, soft_cross_entropy
 from compressor.core.metrics import task_score
 from compressor.core.models import count_parameters
 from compressor.core.registry import register_stage
 from compressor.engine.scoring import score
+from compressor.engine.teacher import TeacherLoss, frozen_copy
 from compressor.engine.train import fit, set_seed
 from compressor.theseus.config import TheseusConfig
 from compressor.theseus.replace import Replacing, group_sizes, successor_model, theseus_model
 
 
-class TheseusLoss:
-    """``loss_fn(model, batch)``: the task loss, plus soft targets from the frozen predecessor."""
+class TheseusLoss(TeacherLoss):
+    """``loss_fn(model, batch)``: the task loss, plus soft targets from the frozen predecessor
+    (the toolkit's one teacher loss, :class:`compressor.engine.teacher.TeacherLoss`)."""
 
     def __init__(self, teacher=None, weight: float = 0.0, temperature: float = 1.0):
-        self.teacher, self.weight, self.temperature = teacher, weight, temperature
+        super().__init__(teacher, kd_weight=weight, temperature=temperature)
 
     def __call__(self, model, batch: dict) -> torch.Tensor:
-        out = model(**batch)
-        loss = out.loss
-        if self.teacher is not None and self.weight:
-            inputs = {k: v for k, v in batch.items() if k != "labels"}
-            with torch.no_grad():
-                t_logits = self.teacher(**inputs).logits
-            soft = (logits_mse(out.logits, t_logits) if out.logits.shape[-1] == 1
-                    else soft_cross_entropy(out.logits, t_logits, self.temperature))
-            loss = loss + self.weight * soft
+        loss = super().__call__(model, batch)
         if not loss.requires_grad:
             # a replacing step that drew no successor: nothing trainable ran, no weight moves
             loss = loss.detach().requires_grad_(True)
@@ -62,10 +54,7 @@ def run_theseus(model, tokenizer, train_set, dev_set, config: TheseusConfig, des
     model.to(device)
     before = score(model, tokenizer, dev_set, config.max_length, max(64, config.batch_size), device,
                    desc="score predecessor")
-    teacher = None
-    if config.kd.weight:
-        teacher = copy.deepcopy(model).eval()
-        teacher.requires_grad_(False)
+    teacher = frozen_copy(model) if config.kd.weight else None
     loss_fn = TheseusLoss(teacher, config.kd.weight, config.kd.temperature)
     theseus_model(model, config.num_layers, config.init, config.freeze_shared)
     replacing = Replacing(config.schedule, config.rate, config.k, config.b)
