@@ -20,6 +20,7 @@ import torch
 
 from compressor.core.errors import CompressorError
 from compressor.core.io import atomic_dir, write_json
+from compressor.core.hub import how_it_loads, model_card, read_config, write_loading_files, write_model_card
 from compressor.core.loaders import META_FILE, kind_of, loader_for, read_meta, register_loader
 from compressor.core.shapes import build_model, is_plain, shape_of, without_aliases
 
@@ -274,7 +275,19 @@ def save_checkpoint(model, tokenizer, out_dir: str, meta: dict, records: Optiona
         write_json(os.path.join(tmp, META_FILE), with_kind(meta, kind, shape))
         for name, record in (records or {}).items():
             write_json(os.path.join(tmp, name), {**record, "size_bytes": size})
+        write_card(tmp, os.path.basename(os.path.abspath(out_dir)), meta, kind, shape,
+                   getattr(model, "config", None), {"parameters": count_parameters(model),
+                                                    **next(iter((records or {}).values()), {}),
+                                                    "size_bytes": size})
     return size
+
+
+def write_card(folder: str, name: str, meta: dict, kind: str, shape: Optional[dict], model_config,
+               record: Optional[dict] = None) -> None:
+    """The model card (``README.md``) of a checkpoint folder (``compressor.core.hub``)."""
+    how = how_it_loads(folder, kind, shape, model_config)
+    write_model_card(folder, model_card(meta, name, how, shape=shape, config=read_config(folder),
+                                        record=record, kind=kind))
 
 
 def save_model(model, folder: str) -> Tuple[str, Optional[dict]]:
@@ -297,12 +310,14 @@ def save_model(model, folder: str) -> Tuple[str, Optional[dict]]:
     shape = shape_of(model)
     if is_plain(shape, model.config):
         model.save_pretrained(folder)
+        write_loading_files(folder, model, shape)   # no custom-code keys a source's config had
         return kind, shape
     os.makedirs(folder, exist_ok=True)
     model.config.save_pretrained(folder)
     state = without_aliases(model.state_dict(), shape.get("shared") or {})
     save_file({name: t.detach().cpu().contiguous() for name, t in state.items()},
               os.path.join(folder, SAFE_WEIGHTS[0]), metadata={"format": "pt"})
+    write_loading_files(folder, model, shape)   # auto_map + modeling_compressor.py for plain transformers
     return kind, shape
 
 

@@ -117,7 +117,7 @@ class Registry(MutableMapping):
         if key in self:
             return self._items[key]
         known = ", ".join(sorted(k if isinstance(k, str) else getattr(k, "__name__", str(k)) for k in self))
-        raise CompressorError(f"unknown {self.what} {key!r}{hint}; known: {known or '(none)'}")
+        raise CompressorError(f"unknown {self.what} {key!r}{hint}; known {self.what}s: {known or '(none)'}")
 
     def names(self) -> list:
         return sorted(self)

@@ -244,7 +244,8 @@ def build_model(config, shape: Optional[dict], attn_implementation: Optional[str
                               f"{spec.num_layers(config)}")
     config.pruned_heads = {}  # the shape says what each layer kept (transformers 4 would prune again)
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    model = AutoModelForSequenceClassification.from_config(config, **kwargs)
+    # never the folder's modeling_compressor.py (for plain transformers users): built here
+    model = AutoModelForSequenceClassification.from_config(config, trust_remote_code=False, **kwargs)
     resize_layers(model, heads=shape.get("head_index") or shape.get("heads"), ffn=shape.get("ffn"))
     if shape.get("embedding_rank"):
         from compressor.core.sharing import factorise_embedding

@@ -185,7 +185,7 @@ def _build(doc, path: str, digest: str, device_override: Optional[str],
         try:
             stage_type = get_stage(str(name))
         except CompressorError as exc:
-            problem(line, str(exc))
+            problem(line, _with_suggestion(str(exc), str(name)))
             continue
         config = _config(stage_type.config_cls, settings, defaults, line, f"stage '{name}'", problem)
         # a config may say which tasks it cannot serve (check_task(task) -> a problem or None)
@@ -255,6 +255,19 @@ def _config(cls, settings, defaults, line, what, problem):
         for at, message in found:
             problem(at, message)
     return None
+
+
+def _with_suggestion(message: str, name: str) -> str:
+    """An unknown stage's line with the closest stage names first, as the CLI does for commands."""
+    import difflib
+
+    from compressor.core.registry import all_stages
+
+    close = difflib.get_close_matches(name, list(all_stages()), n=2)
+    if not close:
+        return message
+    known = message.partition("; ")[2]   # the registry's "known: ..." part
+    return f"unknown stage '{name}'; did you mean {' or '.join(repr(c) for c in close)}?" + (f" {known}" if known else "")
 
 
 def _line_of(settings, keys, line: int) -> int:
