@@ -103,6 +103,25 @@ def shard(items: Sequence, index: Optional[int] = None, count: Optional[int] = N
     return items[start:start + base + (index < extra)]
 
 
+# what gloo and NCCL say when another process of the group died (killed, crashed, out of memory)
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+              "remote process exited", "NCCL communicator was aborted", "ncclRemoteError")
+
+
+def peer_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective failing because another process of the group is gone."""
+    return world_size() > 1 and isinstance(exc, RuntimeError) and any(t in str(exc) for t in _PEER_LOST)
+
+
+def peer_lost_error() -> CompressorError:
+    """The one line for a run whose other process died: which one (when it can only be one) and
+    that running the command again resumes it."""
+    others = [r for r in range(world_size()) if r != rank()]
+    who = f"rank {others[0]}" if len(others) == 1 else "another rank"
+    return CompressorError(f"{who} of this {world_size()}-process run stopped (killed or crashed); "
+                           "run the same command again to resume from the last finished stage")
+
+
 _LEFT_GROUP = False   # this process joined a process group and has left it (shutdown)
 
 
@@ -145,11 +164,53 @@ def launch(nproc: int, argv: Sequence[str], device: Optional[str] = None) -> int
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     args = get_args_parser().parse_args(
         ["--standalone", f"--nproc-per-node={nproc}", "--module", "compressor", *argv])
+    # the ranks leave a rank's death (and the agent's SIGTERM after it) to this process: one line
+    os.environ[LAUNCHED] = "1"
     try:
         run(args)
     except Exception as exc:   # ChildFailedError: a rank ended with an error it has printed
         failures = getattr(exc, "failures", None)
         if not failures:
             raise
-        return next((f.exitcode for f in failures.values() if f.exitcode), 1) or 1
+        _say_who_died(failures, nproc, argv)
+        return next((f.exitcode for f in failures.values() if f.exitcode and f.exitcode != QUIET_EXIT),
+                    1) or 1
+    finally:
+        os.environ.pop(LAUNCHED, None)
     return 0
+
+
+# A rank started by ``launch`` ends with this status, saying nothing, when another rank died
+# (its collective failed, or the agent stopped it): the launcher says which one in one line.
+LAUNCHED = "COMPRESSOR_NPROC_RANK"
+QUIET_EXIT = 75
+
+
+def quiet_exit(exc: BaseException) -> bool:
+    """Whether this rank, started by ``launch``, should leave ``exc`` (another rank's death or the
+    agent's SIGTERM after it) unsaid and end with :data:`QUIET_EXIT`."""
+    from compressor.core.errors import Terminated
+
+    return bool(os.environ.get(LAUNCHED)) and world_size() > 1 and (
+        isinstance(exc, Terminated) or peer_lost(exc))
+
+
+def _say_who_died(failures: dict, nproc: int, argv: Sequence[str]) -> None:
+    """One line for a rank killed by a signal (the others stopped with it, quietly); a rank that
+    ended with an error has printed its own line."""
+    import signal
+    import sys
+
+    dead = sorted((r, f) for r, f in failures.items() if f.exitcode != QUIET_EXIT)
+    if not dead or any(f.exitcode > 0 and f.exitcode < 128 for _, f in dead):
+        return
+    r, failure = dead[0]
+    code = failure.exitcode
+    try:
+        how = f"was killed ({signal.Signals(-code if code < 0 else code - 128).name})"
+    except ValueError:
+        how = f"ended with status {code}"
+    resume = ("run the same command again to resume from the last finished stage"
+              if any(a in ("run", "demo") for a in argv[:2]) else "run the same command again")
+    print(f"error: rank {r} of {nproc} {how}; the other process(es) stopped with it: {resume}",
+          file=sys.stderr)

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import time
 from typing import Iterator, Optional
@@ -29,7 +30,8 @@ from compressor.core.errors import CompressorError
 
 LOCK_FILE = ".compressor.lock"
 # the names compressor.core.io's atomic writers use: mkstemp/mkdtemp add 8 characters
-_LEFTOVER = re.compile(r"^\.(\d\d-[^/]+\.(tmp|old)-|tmp-)[A-Za-z0-9_]{8}$")
+# (``..NN-stage.tmp-X.tmp-Y``: a writer's own temporary folder beside a stage's temporary one)
+_LEFTOVER = re.compile(r"^\.{1,2}(\d\d-[^/]+\.(tmp|old)-|tmp-)[A-Za-z0-9_]{8}$")
 
 
 @contextlib.contextmanager
@@ -38,7 +40,20 @@ def run_lock(out: str) -> Iterator[None]:
     import fcntl
 
     path = os.path.join(out, LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        # never through a link: the lock file is emptied, and it must be this folder's own file
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise CompressorError(f"{path} is a symbolic link, not the run's lock file; "
+                                  "remove it (the file it points to is left as it is)") from None
+        raise CompressorError(f"{path}: cannot open the run's lock file ({exc.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else \
+            f"a hard link shared with {info.st_nlink - 1} other name(s)"
+        raise CompressorError(f"{path} is {what}, not the run's lock file; remove it")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -19,6 +19,7 @@ import os
 import re
 import random
 import shutil
+import sys
 import tempfile
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence
@@ -71,18 +72,30 @@ def ensure_export(model_dir: str, work_dir: str) -> str:
 def quantization_of(folder: str) -> dict:
     """What ``compressor quantize`` recorded in an export folder's manifest ({} for an FP32 export)."""
     path = os.path.join(folder, MANIFEST)
-    return (read_json(path).get("quantization") or {}) if os.path.isfile(path) else {}
+    from compressor.export.runtime import read_manifest
+
+    return (read_manifest(path).get("quantization") or {}) if os.path.isfile(path) else {}
 
 
 def write_export(src_folder: str, out_dir: str, write_model, quantization: dict) -> str:
-    """A new export folder: every file of ``src_folder`` but ``model.onnx``, which ``write_model(path)`` writes."""
+    """A new export folder: every file of ``src_folder`` but ``model.onnx``, which ``write_model(path)`` writes.
+
+    Only plain files of the folder itself are copied: a symbolic link (to a file anywhere) is
+    left out with a line, and so are the FP32 graph's external-data files, checked before
+    anything is read."""
+    from compressor.export.onnx import external_data_files
+
+    graph_data = set(external_data_files(onnx_file(src_folder)))
     with atomic_dir(out_dir) as tmp:
         for name in os.listdir(src_folder):
             # parity.json compares the FP32 graph with PyTorch: it does not describe this one
-            if name in (ONNX_FILE, "parity.json") or name.startswith(".") or name.endswith(".onnx"):
+            if name in (ONNX_FILE, "parity.json") or name.startswith(".") or name.endswith(".onnx") \
+                    or name in graph_data:
                 continue
             path = os.path.join(src_folder, name)
-            if os.path.isfile(path):
+            if os.path.islink(path):
+                print(f"warning: {path} is a symbolic link: not copied into {out_dir}", file=sys.stderr)
+            elif os.path.isfile(path):
                 shutil.copy2(path, os.path.join(tmp, name))
         write_model(os.path.join(tmp, ONNX_FILE))
         manifest_path = os.path.join(tmp, MANIFEST)

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from compressor.core.errors import CompressorError
-from compressor.core.io import atomic_dir, check_output_dir, is_disk_full, read_json, versions, write_json
+from compressor.core.io import atomic_dir, check_output_dir, is_disk_full, versions, write_json
 from compressor.core.loaders import META_FILE
 
 MODEL_FILE = "model.onnx"
@@ -121,7 +121,9 @@ def read_manifest(folder: str) -> dict:
     file = os.path.join(folder, MANIFEST_FILE)
     if not os.path.isfile(file):
         raise CompressorError(f"{folder} is not an ONNX export folder (no {MANIFEST_FILE})")
-    manifest = read_json(file)
+    from compressor.export.runtime import read_manifest as read_manifest_file
+
+    manifest = read_manifest_file(file)   # damaged: one line naming it
     model = os.path.join(folder, manifest.get("model_file", MODEL_FILE))
     if not os.path.isfile(model):
         raise CompressorError(f"{folder}: the manifest names {os.path.basename(model)}, which is missing")
@@ -147,10 +149,50 @@ def load_graph(model_file: str, load_external_data: bool = True):
 
     if not os.path.isfile(model_file):
         raise ExportError(f"ONNX model not found: {model_file}")
+    if load_external_data:
+        external_data_files(model_file)   # every location checked before any is read
     try:
         return onnx.load(model_file, load_external_data=load_external_data)
     except (DecodeError, onnx.onnx_cpp2py_export.checker.ValidationError) as exc:
         raise unreadable(model_file, exc) from None
+
+
+def external_data_files(model_file: str) -> list:
+    """The external-data files ``model_file``'s tensors name (paths relative to its folder), each
+    checked before anything reads it: a plain file inside the folder, reached through no symbolic
+    link. Anything else (``../``, an absolute path, a link to a file elsewhere) is one line."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    from compressor.export.runtime import ExportError, unreadable
+
+    try:
+        model = onnx.load(model_file, load_external_data=False)
+    except (DecodeError, onnx.onnx_cpp2py_export.checker.ValidationError) as exc:
+        raise unreadable(model_file, exc) from None
+    folder = os.path.dirname(os.path.abspath(model_file))
+    real_folder = os.path.realpath(folder)
+    found = []
+    tensors = list(model.graph.initializer) + [t for n in model.graph.node for a in n.attribute
+                                               for t in ([a.t] if a.HasField("t") else []) + list(a.tensors)]
+    for tensor in tensors:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        path = os.path.normpath(os.path.join(folder, location))
+        if not location or os.path.isabs(location) or not path.startswith(folder + os.sep):
+            raise ExportError(f"{model_file}: tensor {tensor.name} keeps its data at {location!r}, "
+                              "outside the model's folder; refused")
+        if os.path.islink(path) or not os.path.realpath(path).startswith(real_folder + os.sep):
+            raise ExportError(f"{model_file}: tensor {tensor.name}'s data file {location} is reached "
+                              "through a symbolic link; refused (copy the file itself into the folder)")
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise ExportError(f"{model_file}: tensor {tensor.name}'s data file {location} is not a "
+                              "file; refused")
+        rel = os.path.relpath(path, folder)
+        if rel not in found:
+            found.append(rel)
+    return found
 
 
 # -- export --------------------------------------------------------------

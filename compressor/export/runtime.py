@@ -71,8 +71,7 @@ class Predictor:
         manifest_file = os.path.join(folder, "manifest.json")
         if not os.path.isfile(manifest_file):
             raise ExportError(f"{folder} is not an ONNX export folder (no manifest.json)")
-        with open(manifest_file) as f:
-            self.manifest = json.load(f)
+        self.manifest = read_manifest(manifest_file)
         self.labels = self.manifest.get("labels")
         self.regression = bool(self.manifest.get("regression"))
         self.max_length = int(self.manifest.get("max_length", 128))
@@ -180,8 +179,22 @@ def is_segments(folder: str) -> bool:
     manifest = os.path.join(folder, "manifest.json")
     if not os.path.isfile(manifest):
         return False
-    with open(manifest) as f:
-        return json.load(f).get("format") == SEGMENTS_FORMAT
+    return read_manifest(manifest).get("format") == SEGMENTS_FORMAT
+
+
+def read_manifest(path: str) -> dict:
+    """An export folder's ``manifest.json``; damaged (not JSON, not a mapping) is one line naming it."""
+    try:
+        with open(path, "rb") as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:   # JSONDecodeError is a ValueError
+        line = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise ExportError(f"{path}{line}: damaged, not valid JSON ({getattr(exc, 'msg', exc)}); "
+                          "export the model again") from None
+    if not isinstance(manifest, dict):
+        raise ExportError(f"{path}: damaged, not an export manifest (a JSON {type(manifest).__name__}); "
+                          "export the model again")
+    return manifest
 
 
 def open_graph(folder: str, threads: Optional[int] = None, providers: Optional[list] = None,

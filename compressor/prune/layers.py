@@ -26,6 +26,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from compressor.core import distributed
 from compressor.core.arch import arch_of
 from compressor.engine.students import LayersStudent, teacher_layers_to_keep
 from compressor.core.errors import CompressorError
@@ -54,7 +55,8 @@ def prune_layers(job, config: LayersPruneConfig) -> dict:
         if count > len(candidates):
             raise CompressorError(f"layers: drop {count} of {n} layers, but layer 0 of this "
                                   f"{spec.model_type} model must stay")
-        scores, baseline = layer_importance(job, model)
+        # every process of a data-parallel run drops the layers rank 0 chose
+        scores, baseline = distributed.broadcast(layer_importance(job, model))
         record["importance"], record["baseline_loss"] = scores, baseline
         order = sorted(candidates, key=lambda i: (scores[i], -i))   # ties: the higher layer goes
         dropped = sorted(order[:count])

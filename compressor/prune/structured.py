@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from compressor.core import distributed
 from compressor.core.arch import arch_of
 from compressor.core.io import save_figure
 from compressor.core.progress import progress
@@ -132,8 +133,9 @@ def importance(job, model: nn.Module, config: StructuredPruneConfig) -> Dict[str
         grads = gradient_importance(job, model)
     mags = magnitude_importance(model) if "magnitude" in (config.head_importance,
                                                           config.ffn_importance) else None
-    return {"heads": (grads if config.head_importance == "gradient" else mags)["heads"],
-            "ffn": (grads if config.ffn_importance == "taylor" else mags)["ffn"]}
+    # every process of a data-parallel run prunes by rank 0's scores, so all keep one shape
+    return distributed.broadcast({"heads": (grads if config.head_importance == "gradient" else mags)["heads"],
+                                  "ffn": (grads if config.ffn_importance == "taylor" else mags)["ffn"]})
 
 
 def normalise(scores: Sequence[np.ndarray]) -> List[np.ndarray]:

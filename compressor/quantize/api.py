@@ -130,6 +130,9 @@ def _onnx(job: QuantizeJob, config, writer, trained=None) -> dict:
             model = trained(work, info)
         src_folder = ox.ensure_export(model, os.path.join(work, "export"))
         src = ox.onnx_file(src_folder)
+        from compressor.export.onnx import external_data_files
+
+        external_data_files(src)   # checked before anything (calibration, scoring) reads the graph
         parameters = ox.count_weights(src)
         done = ox.quantization_of(src_folder)
         if done:

@@ -83,15 +83,22 @@ def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optiona
     if os.path.exists(out) and not os.path.isdir(out):
         raise CompressorError(f"output {out} is a file, not a folder")
     distributed.init(recipe.device)
-    if not distributed.is_main():
-        # the other processes of a data-parallel run train alongside rank 0, which alone
-        # locks, checks and writes the folder and tells them which stages to run
-        return _run_locked(recipe, out, data_dir, lambda msg: None, None)
-    os.makedirs(out, exist_ok=True)
-    with run_lock(out), terminate_cleanly():
-        previous = _claim(out, recipe)
-        clean_leftovers(out, log)
-        return _run_locked(recipe, out, data_dir, log, previous)
+    try:
+        if not distributed.is_main():
+            # the other processes of a data-parallel run train alongside rank 0, which alone
+            # locks, checks and writes the folder and tells them which stages to run
+            return _run_locked(recipe, out, data_dir, lambda msg: None, None)
+        os.makedirs(out, exist_ok=True)
+        with run_lock(out), terminate_cleanly():
+            previous = _claim(out, recipe)
+            clean_leftovers(out, log)
+            return _run_locked(recipe, out, data_dir, log, previous)
+    except (RuntimeError, KeyboardInterrupt) as exc:   # another rank died: one line, not gloo's pages
+        if distributed.quiet_exit(exc):
+            raise SystemExit(distributed.QUIET_EXIT) from None   # the launcher says which one
+        if distributed.peer_lost(exc):
+            raise distributed.peer_lost_error() from None
+        raise
 
 
 def _run_locked(recipe: Recipe, out: str, data_dir, log, previous: Optional[dict]) -> dict:
@@ -153,7 +160,10 @@ def _trains(config) -> bool:
     """Whether a stage trains, so that every process of a data-parallel run takes part."""
     from compressor.engine.train import TrainConfig
 
-    return isinstance(config, TrainConfig) or getattr(config, "method", None) == "qat"
+    # a method that recovers by training (prune, share) runs in every process, recover.mode none
+    # too: its choices (which heads go) are rank 0's, broadcast to the others
+    recovers = hasattr(config, "recover")
+    return isinstance(config, TrainConfig) or getattr(config, "method", None) == "qat" or recovers
 
 
 def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
@@ -178,8 +188,10 @@ def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
         write_json(os.path.join(out, MANIFEST), manifest)
     skipped = None
     if os.path.isfile(record_file) and not force:
-        old = read_json(record_file)
-        if old.get("fingerprint") == fingerprint:
+        old = _read_record(record_file)
+        if old is None:
+            log(f"[{dirname}] {RECORD} is damaged (not a stage record): running it again")
+        elif old.get("fingerprint") == fingerprint:
             damage = check_files(folder, old.get("files"))
             if damage is None:
                 log(f"[{dirname}] unchanged since its last run: skipped")
@@ -188,6 +200,7 @@ def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
                 log(f"[{dirname}] {damage}: running it again")
     if distributed.broadcast(skipped) is not None:
         return skipped
+    _keep_foreign_files(out, folder, dirname, log)
     log(f"[{dirname}] running")
     start = time.perf_counter()
     with atomic_dir(folder) as tmp:
@@ -218,6 +231,45 @@ def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
     log(f"[{dirname}] done in {record['wall_time_s']:.0f} s"
         + (f": {ctx.task.main_metric} score {score:.2f}" if score is not None else ""))
     return distributed.broadcast(record)   # the folder is in place: the next stage may read it
+
+
+def _keep_foreign_files(out: str, folder: str, dirname: str, log) -> None:
+    """Before a stage's folder is replaced, move the files its record does not list (a user's
+    notes, say) aside into ``OUT/kept-NN-stage[-K]/``, with a line saying where. A folder whose
+    record is damaged or missing lists nothing: all its files but the record are kept."""
+    if not os.path.isdir(folder) or os.path.islink(folder):
+        return
+    record = _read_record(os.path.join(folder, RECORD))
+    known = set((record or {}).get("files") or {}) | {RECORD}
+    foreign = []
+    for root, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(names):
+            rel = os.path.relpath(os.path.join(root, name), folder)
+            if rel not in known:
+                foreign.append(rel)
+    if not foreign:
+        return
+    keep, k = os.path.join(out, f"kept-{dirname}"), 1
+    while os.path.lexists(keep):
+        k += 1
+        keep = os.path.join(out, f"kept-{dirname}-{k}")
+    for rel in foreign:
+        os.makedirs(os.path.dirname(os.path.join(keep, rel)), exist_ok=True)
+        os.replace(os.path.join(folder, rel), os.path.join(keep, rel))
+    what = "the stage did not write" if record is not None else \
+        f"of the old folder (its {RECORD} cannot say which the stage wrote)"
+    log(f"[{dirname}] {len(foreign)} file(s) {what} ({foreign[0]}"
+        f"{', ...' if len(foreign) > 1 else ''}) moved to {keep} before the folder is replaced")
+
+
+def _read_record(path: str) -> Optional[dict]:
+    """A stage's record, or None where the file is damaged (not JSON, not a mapping)."""
+    try:
+        record = read_json(path)
+    except (CompressorError, OSError, UnicodeDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _check_teacher(recipe: Recipe, source: str) -> None:

@@ -28,8 +28,51 @@ class LineList(list):
         return self.lines[index] if index < len(self.lines) else self.line
 
 
+# anchors and aliases (``&a``/``*a``) may repeat a block; a recipe that expands past this many
+# values is refused before anything is built ("billion laughs": a few lines, gigabytes expanded)
+MAX_NODES = 100_000
+
+
 class _Loader(yaml.SafeLoader):
-    pass
+    def compose_document(self):
+        node = super().compose_document()
+        _check_expansion(node, self.name)
+        return node
+
+
+def _check_expansion(root, name: str) -> None:
+    """Refuse a document whose aliases expand to more than ``MAX_NODES`` values, or refer to
+    themselves, counting each aliased block once per use without expanding it."""
+    sizes: dict = {}
+    open_nodes: set = set()
+
+    def size(node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise CompressorError(f"{name}:{node.start_mark.line + 1}: an alias refers to the block "
+                                  "that holds it; write the value out")
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > MAX_NODES:
+                raise CompressorError(
+                    f"{name}:{node.start_mark.line + 1}: the recipe's aliases (*name) expand to more "
+                    f"than {MAX_NODES:,} values; write the values out instead")
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    if root is not None:
+        size(root)
 
 
 def _mapping(loader, node):

@@ -163,7 +163,22 @@ def _rows(path, delimiter: str, quoting: int, keep_blank: bool = False) -> Itera
         except csv.Error as e:
             raise CompressorError(f"{where(path, reader.line_num)}: {e}") from None
         except UnicodeDecodeError:
-            raise CompressorError(f"{where(path, last + 1)}: not UTF-8 text") from None
+            raise CompressorError(f"{where(path, _bad_utf8_line(path, last + 1))}: not UTF-8 text") from None
+
+
+def _bad_utf8_line(path, fallback: int) -> int:
+    """The line holding the first byte that is not UTF-8 (text files are decoded in blocks, so
+    where decoding stopped says little). A character never spans lines: each decodes alone."""
+    try:
+        with open(path, "rb") as f:
+            for number, line in enumerate(f, 1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError:
+                    return number
+    except OSError:
+        pass
+    return fallback
 
 
 def read_glue_file(task: TaskSpec | str, path, split: str, limit: int | None = None,
@@ -340,7 +355,7 @@ def _user_rows(path: str, ext: str, required: list, keep_blank: bool = False) ->
                 missing(where(path, lineno), list(rec), "key")
                 yield lineno, rec
         except UnicodeDecodeError:
-            raise CompressorError(f"{where(path, lineno + 1)}: not UTF-8 text") from None
+            raise CompressorError(f"{where(path, _bad_utf8_line(path, lineno + 1))}: not UTF-8 text") from None
 
 
 def read_user_file(path, text_columns, label_column: str | None = None, task: TaskSpec | str | None = None,
