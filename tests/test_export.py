@@ -170,7 +170,7 @@ def test_cli_export_and_predict_onnx(checkpoints, bert_export, tmp_path):
     res = runner.invoke(cli, ["predict", bert_export, "--onnx", "--input", dev, "--output", str(tmp_path / "p.tsv")])
     assert res.exit_code == 0, res.output
     lines = open(tmp_path / "p.tsv").read().splitlines()
-    assert lines[0] == "index\tprediction" and len(lines) == 873 and {l.split("\t")[1] for l in lines[1:]} <= {"0", "1"}
+    assert lines[0] == "index\tprediction" and len(lines) == 873 and {l.split("\t")[1] for l in lines[1:]} <= {"negative", "positive"}
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path, checkpoints):

@@ -168,8 +168,9 @@ def test_predict_never_writes_over_its_input(capsys, tmp_path, monkeypatch, sst2
 
 @pytest.mark.parametrize("kind", ["pytorch", "onnx"])
 @pytest.mark.parametrize("ext", ["csv", "tsv"])
-def test_blank_and_empty_rows_are_labelled_too(capsys, tmp_path, sst2_checkpoint, sst2_export, kind, ext):
-    """14 rows in, 14 labelled: an empty text ("" in a CSV) or a blank line between rows is a row."""
+def test_blank_and_empty_rows_are_kept_unlabelled(capsys, tmp_path, sst2_checkpoint, sst2_export, kind, ext):
+    """14 rows in, 14 rows out: an empty text ("" in a CSV) or a blank line between rows is a row,
+    which gets an empty prediction (it is not labelled); the other 12 are."""
     rows = [f"text number {i}" for i in range(12)]
     empty = '""' if ext == "csv" else ""
     data = tmp_path / f"texts.{ext}"
@@ -177,10 +178,12 @@ def test_blank_and_empty_rows_are_labelled_too(capsys, tmp_path, sst2_checkpoint
     out = tmp_path / "p.tsv"
     main(["predict", *_model(kind, sst2_checkpoint, sst2_export), "--input", str(data),
           "--output", str(out)])
-    assert "14 rows labelled" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "12 rows labelled" in printed and "2 row(s) with no text left unlabelled" in printed
     lines = out.read_text().splitlines()
     assert len(lines) == 15 and lines[0] == "index\tprediction"
     assert [l.split("\t")[0] for l in lines[1:]] == [str(n) for n in range(2, 16)]  # the input's lines
+    assert [n for n, l in enumerate(lines[1:], 2) if l.split("\t")[1] == ""] == [7, 12]
 
 
 # -- training --------------------------------------------------------------------------------------

@@ -177,7 +177,7 @@ def _build_inc(spec: Spec, calibration_rows: int = 64) -> Runner:
     import torch
     from torch.export import Dim
 
-    from compressor.core.data import load_split
+    from compressor.core.data import load_for_model
     from compressor.core.models import load_for_task, read_meta
     from compressor.engine.scoring import _task_for
 
@@ -211,7 +211,7 @@ def _build_inc(spec: Spec, calibration_rows: int = 64) -> Runner:
         batch = batch_of(texts)
         return tuple(batch[n] for n in names)
 
-    train = load_split(task, "train", data_dir=spec.extra.get("data_dir"), limit=calibration_rows)
+    train = load_for_model(spec.path, task, "train", spec.extra.get("data_dir"), calibration_rows)
     calib = [_text(ex) for ex in train.examples]
     batch, seq = Dim("batch", min=1, max=1024), Dim("seq", min=2, max=read_meta(spec.path).get("max_length", 512))
     with torch.no_grad():

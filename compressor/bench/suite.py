@@ -80,13 +80,15 @@ def run_benchmark(models: Sequence[str] = (), teacher: Optional[str] = None,
                   engines: Sequence[str] = ("pytorch",), precisions: Sequence[str] = ("fp32",),
                   device: str = "cpu", work_dir: Optional[str] = None, out: Optional[str] = None,
                   preset: str = "auto", command: Optional[str] = None, dev=None,
-                  specs: Optional[List[Spec]] = None, log=None) -> dict:
+                  specs: Optional[List[Spec]] = None, log=None, user_data=None) -> dict:
     """Benchmark ``models`` (folders; ``name=path`` names one), the ``teacher`` and its ``peers``.
 
     Returns the results document (``compressor.core.results`` format) and writes it
-    to ``out`` when given. ``dev`` (a labelled dataset) replaces the task's dev split.
+    to ``out`` when given. ``dev`` (a labelled dataset) replaces the task's dev split; a model
+    trained on the user's files is scored on the dev file its ``compressor.json`` records, or on
+    ``user_data``'s.
     """
-    from compressor.core.data import load_split
+    from compressor.core.data import load_for_model
     from compressor.core.results import write_results
     from compressor.engine.scoring import _task_for
 
@@ -118,16 +120,16 @@ def run_benchmark(models: Sequence[str] = (), teacher: Optional[str] = None,
                                                    and s.precision == "fp32" for s in specs):
         # the teacher in eager FP32 is that peer: time it once
         peers = [p for p in peers if p != "pytorch-fp32"]
-    if teacher and peers and device == "cpu":
-        work_dir = work_dir or os.path.join(os.path.dirname(os.path.abspath(out or "bench")), "peers")
-        log(f"preparing peers ({', '.join(peers)}) under {work_dir}")
-        specs += peer_specs(teacher, work_dir, peers, preset=preset, data_dir=data_dir)
     if not specs:
         raise CompressorError("nothing to benchmark: give model folders, --teacher, or both")
     first = specs[0].tokenizer_path or specs[0].path
     task_spec = dev.task if dev is not None and task is None else _task_for(_model_folder(first), task)[0]
-    if dev is None:
-        dev = load_split(task_spec, "dev", data_dir=data_dir)
+    if dev is None:   # before the peers are made: a dev file that is not there is one line at once
+        dev = load_for_model(_model_folder(first), task_spec, "dev", data_dir, None, user_data)
+    if teacher and peers and device == "cpu":
+        work_dir = work_dir or os.path.join(os.path.dirname(os.path.abspath(out or "bench")), "peers")
+        log(f"preparing peers ({', '.join(peers)}) under {work_dir}")
+        specs += peer_specs(teacher, work_dir, peers, preset=preset, data_dir=data_dir)
     info = fingerprint(device)
     settings = {"sentences": config.sentences, "threads": config.threads, "batch_sizes": config.batch_sizes,
                 "throughput_batches": config.throughput_batches, "device": device, "data": dev.source,

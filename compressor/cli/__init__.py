@@ -67,6 +67,24 @@ text_column_option = click.option(
     help="Column holding the text in your own file (give it twice for sentence pairs).")
 
 
+def own_files_options(*splits: str):
+    """``--train-file``/``--dev-file`` (those of ``splits``), ``--text-column`` and ``--label-column``
+    for a command that works on a model: what its ``compressor.json`` records is the default."""
+    what = {"train": "training", "dev": "dev"}
+
+    def wrap(fn):
+        options = [click.option(f"--{s}-file", default=None, type=click.Path(dir_okay=False),
+                                help=f"Your own labelled TSV/CSV/JSONL {what[s]} file [default: the one "
+                                     "a model trained on your files records]") for s in splits]
+        options += [text_column_option, click.option(
+            "--label-column", default=None,
+            help="Label column of your own files [default: the recorded one, else label].")]
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return wrap
+
+
 @cli.command()
 @click.option("--model", required=True, help="Checkpoint folder, alias (minilm-l6) or hub id.")
 @click.option("--task", default=None,
@@ -116,9 +134,11 @@ def finetune(model, task, out, data_dir, train_file, dev_file, text_columns, lab
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="JSON file for the record [default: MODEL/eval-TASK-SPLIT.json when MODEL is a folder].")
 @click.option("--input", "input_", default=None, type=click.Path(dir_okay=False),
-              help="Score on your own labelled TSV/CSV/JSONL file instead of a GLUE split.")
+              help="Score on your own labelled TSV/CSV/JSONL file instead of the split (a GLUE task's, "
+                   "or for a model trained on your files, the file it records).")
 @text_column_option
-@click.option("--label-column", default="label", show_default=True)
+@click.option("--label-column", default=None,
+              help="Label column of --input [default: the one the model was trained on, else label].")
 def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, out, input_,
           text_columns, label_column):
     """Score MODEL on a task split (or your own labelled file) and write the metrics."""
@@ -149,19 +169,25 @@ def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, o
 @click.option("--device", default="auto", show_default=True)
 @click.option("--onnx", is_flag=True,
               help="MODEL is an ONNX export folder (compressor export): run it with onnxruntime, no torch.")
-def predict(model, input_, output, task, text_columns, batch_size, max_length, device, onnx):
-    """Label every row of a file (a GLUE test split, or your own TSV/CSV/JSONL)."""
+@click.option("--probabilities", is_flag=True,
+              help="Also write each class's probability (columns p_LABEL), after the predicted label.")
+def predict(model, input_, output, task, text_columns, batch_size, max_length, device, onnx, probabilities):
+    """Label every row of a file (a GLUE test split, or your own TSV/CSV/JSONL) with the task's
+    label names (SST-2: negative/positive); a row with no text gets an empty prediction."""
     if onnx:
         from compressor.export.onnx import predict_file
 
-        result = predict_file(model, input_, output, text_columns=text_columns)
-        click.echo(f"{result['rows']} rows labelled: {result['output']}")
-        return
-    from compressor.engine.scoring import predict as run
+        result = predict_file(model, input_, output, text_columns=text_columns, probabilities=probabilities)
+    else:
+        from compressor.engine.scoring import predict as run
 
-    result = run(model, input_, output, task=task, text_columns=text_columns,
-                 batch_size=batch_size, max_length=max_length, device=device)
-    click.echo(f"{result['rows']} rows labelled: {result['output']}")
+        result = run(model, input_, output, task=task, text_columns=text_columns, batch_size=batch_size,
+                     max_length=max_length, device=device, probabilities=probabilities)
+    empty = result.get("empty_rows") or []
+    click.echo(f"{result['rows'] - len(empty)} rows labelled: {result['output']}")
+    if empty:
+        shown = ", ".join(empty[:10]) + (", ..." if len(empty) > 10 else "")
+        click.echo(f"{len(empty)} row(s) with no text left unlabelled (empty prediction), index {shown}")
 
 
 @cli.command()
@@ -245,12 +271,14 @@ def tasks():
         click.echo(f"{t.name:<8} {t.folder:<6} {'+'.join(t.metrics):<18} {labels}")
 
 
-def _user_data(train_file, dev_file, text_columns, label_column):
+def _user_data(train_file, dev_file, text_columns, label_column, recorded: bool = False):
+    """The user's files given as options; ``recorded``: for a command on a model, whose
+    ``compressor.json`` may record files and columns that fill in what is left out."""
     from compressor.core.data import UserData
 
-    if not (train_file or dev_file):
+    if not (train_file or dev_file or (recorded and text_columns)):
         return None
-    if not text_columns:
+    if not text_columns and not recorded:
         raise CompressorError("your own files need --text-column (twice for sentence pairs)")
     return UserData(train_file, dev_file, tuple(text_columns), label_column)
 

@@ -15,6 +15,7 @@ def _names(value):
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
+    from compressor.cli import own_files_options
 
     @cli.command("bench")
     @click.argument("models", nargs=-1)
@@ -43,11 +44,14 @@ def register(cli):
     @click.option("--no-memory", is_flag=True, help="Skip peak memory (one subprocess per variant).")
     @click.option("--task", default=None)
     @click.option("--data-dir", envvar="GLUE_DIR", default=None, show_envvar=True)
+    @own_files_options("dev")
     @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Results JSON to write.")
     @click.option("--work-dir", default=None, help="Where the peers' models go [default: OUT's folder/peers].")
     def bench_cmd(models, teacher, peers, preset, engines, precisions, device, threads, sentences, batch_sizes,
-                  throughput_batches, block, pause, no_score, no_memory, task, data_dir, out, work_dir):
+                  throughput_batches, block, pause, no_score, no_memory, task, data_dir, dev_file, text_columns,
+                  label_column, out, work_dir):
         """Latency (p50/p90/p99, batch 1), throughput, memory, size and dev score of MODELS and peers."""
+        from compressor.cli import _user_data
         from compressor.core.results import command_line
 
         from compressor.bench.harness import BenchConfig
@@ -61,7 +65,8 @@ def register(cli):
         doc = run_benchmark(models, teacher=teacher, peers=_names(peers), task=task, data_dir=data_dir,
                             config=config, engines=_names(engines), precisions=_names(precisions),
                             device=device, work_dir=work_dir, out=out, preset=preset,
-                            command=command_line())
+                            command=command_line(),
+                            user_data=_user_data(None, dev_file, text_columns, label_column, recorded=True))
         print_rows(doc["rows"])
         click.echo(f"results: {out}")
 

@@ -40,18 +40,14 @@ def _settings(pairs, what):
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
     from compressor.cli import (_print_metrics, _relaunched, _train_options, _user_data, data_dir_option,
-                       nproc_option, text_column_option)
+                       nproc_option, own_files_options)
 
     @cli.command()
     @click.option("--teacher", required=True, help="The teacher: a task checkpoint folder.")
     @click.option("--out", required=True, type=click.Path(file_okay=False), help="Student folder to write.")
     @click.option("--task", default=None, help="Defaults to the teacher's task.")
     @data_dir_option
-    @click.option("--train-file", default=None, type=click.Path(dir_okay=False),
-                  help="Your own labelled TSV/CSV/JSONL training file (for a teacher trained on one).")
-    @click.option("--dev-file", default=None, type=click.Path(dir_okay=False))
-    @text_column_option
-    @click.option("--label-column", default="label", show_default=True)
+    @own_files_options("train", "dev")
     @click.option("--student", "student", multiple=True, metavar="KEY=VALUE",
                   help="Student setting, repeatable: kind=layers|config|pretrained|bilstm|cnn, "
                        "num_layers=3, pick=every|first|last, layers=[2,4,6], hidden_size=312, "
@@ -107,7 +103,7 @@ def register(cli):
                                general_cache=general_cache, cache_teacher_logits=not no_cache)
         record = run(teacher, out, task=task, config=config, data_dir=data_dir,
                      train_limit=train_limit, dev_limit=dev_limit, overwrite=overwrite,
-                     user_data=_user_data(train_file, dev_file, text_columns, label_column))
+                     user_data=_user_data(train_file, dev_file, text_columns, label_column, recorded=True))
         _print_metrics(record)
         retention = "n/a (teacher scores 0)" if record["retention"] is None else f"{100 * record['retention']:.1f}%"
         click.echo(f"teacher score {record['teacher_score']:.2f}, retention "

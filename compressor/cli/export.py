@@ -4,6 +4,7 @@ import click
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
+    from compressor.cli import own_files_options
 
     @cli.command("export")
     @click.argument("model")
@@ -19,17 +20,20 @@ def register(cli):
                   show_default=True)
     @click.option("--data-dir", envvar="GLUE_DIR", default=None, show_envvar=True,
                   help="Folder in GLUE's layout, or 'embedded', for the parity check.")
+    @own_files_options("dev")
     @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
     def export_cmd(model, out, task, opset, optimize, parity, parity_limit, exporter, data_dir,
-                   overwrite):
+                   dev_file, text_columns, label_column, overwrite):
         """Export MODEL to ONNX: model.onnx, tokenizer, config, manifest.json, parity.json."""
         import os
 
+        from compressor.cli import _user_data
         from compressor.export.onnx import export_onnx
 
         manifest = export_onnx(model, out, task=task, opset=opset, optimize=optimize, parity=parity,
                                data_dir=data_dir, parity_limit=parity_limit, exporter=exporter,
-                               overwrite=overwrite)
+                               overwrite=overwrite,
+                               user_data=_user_data(None, dev_file, text_columns, label_column, recorded=True))
         fusions = (manifest.get("optimization") or {}).get("fusions")
         click.echo(f"exported with {manifest['exporter']} (opset {opset}): {os.path.abspath(out)}")
         if fusions is not None:

@@ -9,7 +9,7 @@ METHODS = ("structured", "layers", "vocab", "magnitude")
 
 def checkpoint_method(what: str):
     """The options of a command that turns a task checkpoint into another (``what`` it does)."""
-    from compressor.cli import data_dir_option, text_column_option
+    from compressor.cli import data_dir_option, own_files_options
 
     def wrap(f):
         for option in reversed([
@@ -17,11 +17,7 @@ def checkpoint_method(what: str):
                 click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write."),
                 click.option("--task", default=None, help="Defaults to the model's task."),
                 data_dir_option,
-                click.option("--train-file", default=None, type=click.Path(dir_okay=False),
-                             help="Your own labelled TSV/CSV/JSONL training file (for a model trained on one)."),
-                click.option("--dev-file", default=None, type=click.Path(dir_okay=False)),
-                text_column_option,
-                click.option("--label-column", default="label", show_default=True),
+                own_files_options("train", "dev"),
                 click.option("--train-limit", type=int, default=None, help="Use only the first N training rows."),
                 click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows."),
                 click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")]):
@@ -37,7 +33,7 @@ def run_method(run, settings: dict, model, out, task, data_dir, train_file, dev_
 
     record = run(model, out, settings, task=task, data_dir=data_dir, train_limit=train_limit,
                  dev_limit=dev_limit, overwrite=overwrite,
-                 user_data=_user_data(train_file, dev_file, text_columns, label_column))
+                 user_data=_user_data(train_file, dev_file, text_columns, label_column, recorded=True))
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in record["metrics"].items())
     before = f"; before {record['score_before']:.2f}" if record.get("score_before") is not None else ""
     click.echo(f"{record['task']} dev: {metrics} (score {record['score']:.2f}{before})")

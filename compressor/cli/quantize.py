@@ -68,6 +68,7 @@ def _given(settings: dict) -> dict:
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
+    from compressor.cli import own_files_options
 
     @cli.command("quantize")
     @click.argument("model")
@@ -77,29 +78,34 @@ def register(cli):
                   help="GLUE folder (or 'embedded') for the dev score and calibration/training rows.")
     @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
     @click.option("--dev-limit", type=int, default=None, help="Score only the first N dev rows.")
+    @own_files_options("train", "dev")
     @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
     @_options
-    def quantize_command(model, out, task, data_dir, train_limit, dev_limit, overwrite, backend, method,
-                         **kwargs):
+    def quantize_command(model, out, task, data_dir, train_limit, dev_limit, train_file, dev_file,
+                         text_columns, label_column, overwrite, backend, method, **kwargs):
         """Quantise a checkpoint or ONNX export folder (INT8, mixed precision, FP16/BF16)."""
-        from compressor.core.data import load_split
+        from compressor.cli import _user_data
+        from compressor.core.data import load_for_model
         from compressor.engine.scoring import _task_for
         from compressor.quantize.api import quantize
         from compressor.quantize.configs import quantize_config
 
         config = quantize_config(backend, method, **_given(kwargs))
+        user_data = _user_data(train_file, dev_file, text_columns, label_column, recorded=True)
         task_spec, _ = _task_for(model, task) if os.path.isdir(model) else (None, None)
         train = dev = None
         if task_spec is not None and (train_limit is not None or dev_limit is not None):
             if train_limit is not None:
-                train = load_split(task_spec, "train", data_dir=data_dir, limit=train_limit)
-            dev = load_split(task_spec, "dev", data_dir=data_dir, limit=dev_limit)
+                train = load_for_model(model, task_spec, "train", data_dir, train_limit, user_data)
+            dev = load_for_model(model, task_spec, "dev", data_dir, dev_limit, user_data)
         record = quantize(model, out, config, task=task, data_dir=data_dir, train_set=train, dev_set=dev,
-                          overwrite=overwrite)
+                          overwrite=overwrite, user_data=user_data)
         if record.get("metrics"):
             metrics = ", ".join(f"{k} {v:.4f}" for k, v in record["metrics"].items())
             click.echo(f"{record['task']} dev: {metrics} ({record['examples']} examples, "
                        f"score {record['score']:.2f})")
+        elif record.get("unscored"):
+            click.echo(f"not scored: {record['unscored']}")
         search = record.get("search") or {}
         if search.get("chosen"):
             click.echo(f"chose: {search['chosen']}")

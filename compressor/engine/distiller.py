@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from compressor.core.arch import arch_of
-from compressor.core.data import holdout, load_data, unlabelled_text
+from compressor.core.data import data_for, data_meta, holdout, load_data, unlabelled_text
 from compressor.core.device import resolve_device
 from compressor.core.errors import CompressorError
 from compressor.core.io import check_output_dir, versions
@@ -479,6 +479,8 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     task_spec, _ = _task_for(teacher_path, task)
     check_output_dir(out, overwrite)
     device = resolve_device(config.device)
+    # a teacher trained on the user's files: those its compressor.json records, unless given
+    user_data = data_for(teacher_path, task_spec, user_data)
     # a teacher fine-tuned with --holdout: its students train without the rows it held out
     train_set = holdout.training_rows(task_spec, data_dir, train_limit, user_data, teacher_path)
     dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
@@ -508,7 +510,7 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
         "config": asdict(config), "versions": versions(),
     }
     meta = student_meta(task_spec, config, student_net, teacher=os.path.abspath(teacher_path)
-                        if os.path.isdir(teacher_path) else teacher_path)
+                        if os.path.isdir(teacher_path) else teacher_path, **data_meta(user_data))
     if distributed.is_main():   # every process holds the same student; one writes it
         record["size_bytes"] = save_checkpoint(student_net, student_tok, out, meta,
                                                {"metrics.json": record}, overwrite=True)

@@ -18,7 +18,7 @@ def on_checkpoint(model: str, out: str, config_cls: type, config, settings: dict
     non-empty folder unless ``overwrite``); ``config`` is a ``config_cls`` or a mapping
     (``settings`` merged in). Writes ``out/metrics.json`` (the record, the task, the model,
     wall time, size, config, versions) and returns it."""
-    from compressor.core.data import holdout, load_data
+    from compressor.core.data import data_for, data_meta, holdout, load_data
     from compressor.core.io import check_output_dir, versions, write_json
     from compressor.core.models import checkpoint_meta, resolve_model, size_on_disk
     from compressor.engine.scoring import _task_for
@@ -30,11 +30,13 @@ def on_checkpoint(model: str, out: str, config_cls: type, config, settings: dict
     path = resolve_model(model)
     task_spec, _ = _task_for(path, task)
     check_output_dir(out, overwrite)
+    # a model trained on the user's files: those its compressor.json records, unless given
+    user_data = data_for(path, task_spec, user_data)
     # a model from a teacher fine-tuned with --holdout trains without the rows it held out
     train_set = holdout.training_rows(task_spec, data_dir, train_limit, user_data, path)
     dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
     start = time.perf_counter()
-    meta = checkpoint_meta(task_spec, config.max_length, what)
+    meta = checkpoint_meta(task_spec, config.max_length, what, **data_meta(user_data))
     record = run(path, task_spec, train_set, dev_set, config, out, meta)
     record.update({"task": task_spec.name, "model": model,
                    "wall_time_s": round(time.perf_counter() - start, 2),

@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from compressor.core.batches import encode, iter_batches, to_device
-from compressor.core.data import TASKS, get_task, load_split, read_glue_file, read_user_file, task_from_dict
+from compressor.core.data import (TASKS, get_task, load_for_model, read_glue_file, read_user_file,
+                                  recorded_data, task_from_dict)
 from compressor.core.device import autocast, resolve_device
 from compressor.core.errors import CompressorError
 from compressor.core.io import read_json, versions, write_json, write_text
@@ -88,7 +89,7 @@ def evaluate(model: str, task: Optional[str] = None, split: str = "dev",
              data_dir: Optional[str] = None, limit: Optional[int] = None, batch_size: int = 64,
              max_length: Optional[int] = None, device: str = "auto",
              out: Optional[str] = None, input: Optional[str] = None,
-             text_columns: Optional[Sequence[str]] = None, label_column: str = "label") -> dict:
+             text_columns: Optional[Sequence[str]] = None, label_column: Optional[str] = None) -> dict:
     """Score a checkpoint on a task split, or on a labelled file of the user's (``input``).
 
     Every kind of folder the toolkit writes is scored on this one path; an ONNX
@@ -99,11 +100,13 @@ def evaluate(model: str, task: Optional[str] = None, split: str = "dev",
     task_spec, meta = _task_for(path, task)
     max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
     if input:
+        recorded = recorded_data(path, task_spec)   # a model trained on the user's files
+        label_column = label_column or (recorded.label_column if recorded else "label")
         dataset = read_user_file(input, list(text_columns or task_spec.text_fields), label_column,
                                  task=task_spec, split="user", limit=limit)
         split = "user"
-    else:
-        dataset = load_split(task_spec, split, data_dir=data_dir, limit=limit)
+    else:   # a model trained on the user's files: the file its compressor.json records
+        dataset = load_for_model(path, task_spec, split, data_dir, limit)
     dev = resolve_device(device)
     net, tokenizer = load_for_task(path, task_spec, pytorch=False)
     net.to(dev)
@@ -126,27 +129,68 @@ def evaluate(model: str, task: Optional[str] = None, split: str = "dev",
 
 def predict(model: str, input: str, output: str, task: Optional[str] = None,
             text_columns: Optional[Sequence[str]] = None, batch_size: int = 64,
-            max_length: Optional[int] = None, device: str = "auto") -> dict:
+            max_length: Optional[int] = None, device: str = "auto", probabilities: bool = False) -> dict:
     """Label every row of ``input`` and write ``index<TAB>prediction`` rows to ``output``.
 
     A GLUE file (a test split included) is read with the task's own layout;
     any other TSV/CSV/JSONL file needs ``text_columns`` (for a model trained on the user's
-    own files, the columns it was trained on are the default).
+    own files, the columns it was trained on are the default). Predictions are the task's
+    label names (SST-2: negative/positive; the user's own labels); ``probabilities`` adds one
+    column per class. A row with no text gets an empty prediction; ``empty_rows`` lists them.
     """
     path = resolve_model(model)
     task_spec, meta = _task_for(path, task)
+    check_probabilities(task_spec, probabilities)
     max_length = max_length or meta.get("max_length", DEFAULT_MAX_LENGTH)
     dataset = read_rows_to_label(input, task_spec, text_columns, output=output)
+    rows, empty = split_empty(dataset.examples)
     dev = resolve_device(device)
     net, tokenizer = load_for_task(path, task_spec, pytorch=False)
     net.to(dev)
-    logits = predict_logits(net, tokenizer, dataset.examples, max_length, batch_size, dev,
-                            desc="predict")
-    preds = predictions_from_logits(logits, task_spec.is_regression)
-    labels = [float(p) if task_spec.is_regression else task_spec.labels[int(p)] for p in preds]
-    write_predictions(output, dataset.examples, labels, input=input)
+    logits = predict_logits(net, tokenizer, [dataset.examples[i] for i in rows], max_length,
+                            batch_size, dev, desc="predict") if rows else None
+    labels, probs = label_rows(task_spec, logits, rows, len(dataset.examples), probabilities)
+    write_predictions(output, dataset.examples, labels, input=input, probabilities=probs,
+                      names=task_spec.label_names)
     return {"input": input, "output": os.path.abspath(output), "rows": len(labels),
-            "task": task_spec.name}
+            "task": task_spec.name, "empty_rows": [dataset.examples[i].guid for i in empty]}
+
+
+def check_probabilities(task_spec, probabilities: bool) -> None:
+    if probabilities and task_spec.is_regression:
+        raise CompressorError(f"task {task_spec.name} predicts a score (regression): it has no class "
+                              "probabilities; leave out --probabilities")
+
+
+def split_empty(examples: Sequence) -> tuple:
+    """``(rows to label, empty rows)``: indices; a row whose every text is blank is not labelled."""
+    empty = [i for i, ex in enumerate(examples) if not any(str(t).strip() for t in ex.texts)]
+    skip = set(empty)
+    return [i for i in range(len(examples)) if i not in skip], empty
+
+
+def label_rows(task_spec, logits: Optional[np.ndarray], rows: Sequence[int], n: int,
+               probabilities: bool = False) -> tuple:
+    """``(labels, probabilities)`` for ``n`` rows from the ``logits`` of ``rows`` (the others: None):
+    a label name per row (a float for regression), and with ``probabilities`` each class's
+    softmax probability (else None)."""
+    labels, probs = [None] * n, ([None] * n if probabilities else None)
+    if logits is None or not len(rows):
+        return labels, probs
+    logits = np.asarray(logits, dtype=np.float64)
+    if task_spec.is_regression:
+        values = logits.reshape(len(rows), -1)[:, 0]
+        for i, v in zip(rows, values):
+            labels[i] = float(v)
+        return labels, probs
+    names = task_spec.label_names
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    for i, row in zip(rows, p):
+        labels[i] = names[int(row.argmax())]
+        if probs is not None:
+            probs[i] = [float(x) for x in row]
+    return labels, probs
 
 
 def read_rows_to_label(input: str, task_spec, text_columns: Optional[Sequence[str]] = None,
@@ -189,22 +233,31 @@ def check_output(input: str, output: str) -> None:
             first = f.readline().rstrip("\r\n")
     except OSError:
         first = None
-    if first != PREDICTIONS_HEADER:
+    if first != PREDICTIONS_HEADER and not (first or "").startswith(PREDICTIONS_HEADER + "\t"):
         raise CompressorError(f"--output {output} already exists and is not a predictions file "
                               "(index<TAB>prediction); choose another name or delete it")
 
 
-def write_predictions(output: str, examples: Sequence, labels: Sequence, input: Optional[str] = None) -> None:
-    """``index<TAB>prediction`` rows, written whole or not at all (scores with 3 decimals).
+def write_predictions(output: str, examples: Sequence, labels: Sequence, input: Optional[str] = None,
+                      probabilities: Optional[Sequence] = None, names: Optional[Sequence[str]] = None) -> None:
+    """``index<TAB>prediction`` rows, written whole or not at all (scores with 3 decimals); a
+    label None (an empty row) is an empty cell. ``probabilities`` (a list per row, or None) add
+    one ``p_NAME`` column per class of ``names`` (4 decimals).
 
     With ``input``, :func:`check_output` guards the file first."""
     if input is not None:
         check_output(input, output)
     buf = io.StringIO()
     writer = csv.writer(buf, delimiter="\t", lineterminator="\n")
-    writer.writerow(PREDICTIONS_HEADER.split("\t"))
-    for ex, label in zip(examples, labels):
-        writer.writerow([ex.guid, f"{label:.3f}" if isinstance(label, float) else label])
+    header = PREDICTIONS_HEADER.split("\t")
+    if probabilities is not None:
+        header += [f"p_{name}" for name in names]
+    writer.writerow(header)
+    for i, (ex, label) in enumerate(zip(examples, labels)):
+        row = [ex.guid, "" if label is None else f"{label:.3f}" if isinstance(label, float) else label]
+        if probabilities is not None:
+            row += [f"{p:.4f}" for p in probabilities[i]] if probabilities[i] is not None else [""] * len(names)
+        writer.writerow(row)
     write_text(output, buf.getvalue())
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -19,7 +20,7 @@ import torch
 
 from compressor.core import distributed
 from compressor.core.batches import collate, encode, iter_batches, to_device
-from compressor.core.data import UserData, get_task, load_data
+from compressor.core.data import UserData, data_meta, get_task, load_data
 from compressor.core.device import check_precision, resolve_device
 from compressor.core.errors import CompressorError
 from compressor.engine.train_config import TrainConfig  # noqa: F401  (the loop's settings; re-exported)
@@ -281,6 +282,8 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
                 entry["kept"] = all(cb.may_keep(state, entry) for cb in callbacks)
                 state.history.append(entry)
                 _each(callbacks, "on_evaluate", state, entry)
+                better = entry["kept"] and (best is None or entry["score"] > best["score"])
+                _print_evaluation(bar, desc, entry, total_steps, better)
                 if entry["kept"] and (best is None or entry["score"] > best["score"]):
                     best = entry
                     best_state = {k: v.detach().to("cpu", copy=True)
@@ -359,6 +362,17 @@ def _check_weights(model, step: int, config, limit: float) -> None:
                               f"the learning rate {config.lr:g} is probably too high")
 
 
+def _print_evaluation(bar, desc: str, entry: dict, total_steps: int, best: bool) -> None:
+    """One line on stderr per dev evaluation (step, metrics, score), above the progress bar;
+    rank 0 only, and none with ``COMPRESSOR_PROGRESS=0``."""
+    if os.environ.get("COMPRESSOR_PROGRESS", "1") == "0" or not distributed.is_main():
+        return
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in entry["metrics"].items())
+    note = " (best so far)" if best else "" if entry.get("kept", True) else " (not kept)"
+    bar.write(f"{desc} step {entry['step']}/{total_steps}: dev {metrics}, score {entry['score']:.2f}{note}",
+              file=sys.stderr)
+
+
 def _evaluate(model, tokenizer, dev_set, config, device, step, start) -> dict:
     """Dev metrics; under several processes each scores its share and all gather the logits."""
     examples = distributed.shard(dev_set.examples)
@@ -414,7 +428,7 @@ def finetune(model: str, task: Optional[str], out: str, data_dir: Optional[str] 
         "loss_curve": result["loss_curve"], "wall_time_s": round(time.perf_counter() - start, 2),
         "config": asdict(config), "versions": versions(),
     }
-    meta = checkpoint_meta(task_spec, config.max_length, "finetune")
+    meta = checkpoint_meta(task_spec, config.max_length, "finetune", **data_meta(user_data))
     if held_out:
         record["holdout"] = meta["holdout"] = held_out
     net.to("cpu")

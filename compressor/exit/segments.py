@@ -118,9 +118,9 @@ def export_segments(model_dir: str, out_dir: str, config: Optional[ExitExportCon
         write_json(os.path.join(tmp, META_FILE), with_kind(meta, ONNX_KIND, None))
         if config.parity:
             if examples is None:
-                from compressor.core.data import load_split
+                from compressor.core.data import load_for_model
 
-                examples = load_split(task_spec, "dev", data_dir=data_dir, limit=config.parity_rows).examples
+                examples = load_for_model(path, task_spec, "dev", data_dir, config.parity_rows).examples
             examples = list(examples)[:config.parity_rows]
             manifest["parity"] = chain_parity(model, tokenizer, tmp, examples, max_length)
         if config.int8:

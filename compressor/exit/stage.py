@@ -130,13 +130,14 @@ def early_exit(model: str, out: str, config=None, task: Optional[str] = None,
     ``config`` is an :class:`EarlyExitConfig` or a mapping such as ``{"training": "self_distill",
     "rule": "patience", "calibrate": {"target": 0.99}}``; keyword ``settings`` are merged in.
     """
-    from compressor.core.data import holdout
+    from compressor.core.data import data_for, holdout
     from compressor.engine.methods import model_to_model, on_checkpoint
 
     exits = model_to_model(run_early_exit, "early exit")
 
     def run(path, task_spec, train_set, dev_set, config, out, meta):
-        held = holdout.held_rows(path, task_spec, data_dir, user_data, needs="calibrate.split: holdout") \
+        held = holdout.held_rows(path, task_spec, data_dir, data_for(path, task_spec, user_data),
+                                 needs="calibrate.split: holdout") \
             if config.calibrate.split == "holdout" else None
         return exits(path, task_spec, train_set, dev_set, config, out, meta, calibration_set=held)
 
@@ -149,7 +150,7 @@ def export_exits(model: str, out: str, config=None, task: Optional[str] = None,
                  overwrite: bool = False, **settings) -> dict:
     """Export the early-exit checkpoint ``model`` as chained ONNX segments in ``out``, score them on
     dev (one sentence at a time) and return the manifest with that score."""
-    from compressor.core.data import load_data
+    from compressor.core.data import load_for_model
     from compressor.core.io import write_json
     from compressor.engine.scoring import _task_for
     from compressor.core.settings import config_from_dict
@@ -159,7 +160,7 @@ def export_exits(model: str, out: str, config=None, task: Optional[str] = None,
         config = config_from_dict(ExitExportConfig, {**(config or {}), **settings},
                                   what="early_exit_export")
     task_spec, _ = _task_for(model, task)
-    dev = load_data(task_spec, "dev", data_dir, dev_limit)
+    dev = load_for_model(model, task_spec, "dev", data_dir, dev_limit)
     manifest = export_segments(model, out, config, task=task, examples=dev.examples,
                                overwrite=overwrite)
     manifest["dev"] = score_segments(out, dev, config.threads)

@@ -37,7 +37,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_m
 def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset: int = DEFAULT_OPSET,
                 optimize: bool = True, parity: bool = True, data_dir: Optional[str] = None,
                 parity_limit: Optional[int] = None, exporter: str = "auto",
-                overwrite: bool = False, examples=None) -> dict:
+                overwrite: bool = False, examples=None, user_data=None) -> dict:
     """Export ``model_dir`` (a toolkit or Hugging Face checkpoint) to the folder ``out_dir``.
 
     ``optimize`` runs onnxruntime's transformer optimizer (Attention,
@@ -47,7 +47,8 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
     dev split (``parity_limit`` rows) and writes ``parity.json``.
     ``exporter`` is ``auto`` (optimum for transformers models, else torch.onnx),
     ``optimum`` or ``torch``. ``examples`` (task examples) replace the dev split
-    for the parity check. Returns the manifest.
+    for the parity check; a model trained on the user's files is checked on the dev file its
+    ``compressor.json`` records, or on ``user_data``'s. Returns the manifest.
     """
     from compressor.core.models import count_parameters, load_for_task, resolve_model
     from compressor.engine.scoring import _task_for
@@ -60,6 +61,12 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
     net, tokenizer = load_for_task(path, task_spec)
     net.eval()
     max_length = meta.get("max_length", 128)
+    source = "given examples"
+    if parity and examples is None:   # read first: a missing dev file is one line before any work
+        from compressor.core.data import load_for_model
+
+        dataset = load_for_model(path, task_spec, "dev", data_dir, parity_limit, user_data)
+        examples, source = dataset.examples, dataset.source
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         used = _export_graph(net, tokenizer, tmp, opset, exporter)
@@ -85,12 +92,6 @@ def export_onnx(model_dir: str, out_dir: str, task: Optional[str] = None, opset:
         write_json(os.path.join(tmp, MANIFEST_FILE), manifest)
         write_json(os.path.join(tmp, META_FILE), _export_meta(path, manifest))
         if parity:
-            source = "given examples"
-            if examples is None:
-                from compressor.core.data import load_split
-
-                dataset = load_split(task_spec, "dev", data_dir=data_dir, limit=parity_limit)
-                examples, source = dataset.examples, dataset.source
             check = parity_check(net, tokenizer, tmp, examples, max_length,
                                  regression=task_spec.is_regression)
             check.update(task=task_spec.name, split="dev", data=source)
@@ -583,22 +584,29 @@ def example_texts(examples) -> list:
 # -- labelling files -----------------------------------------------------
 
 def predict_file(folder: str, input: str, output: str, text_columns=None,
-                 threads: Optional[int] = None) -> dict:
+                 threads: Optional[int] = None, probabilities: bool = False) -> dict:
     """``compressor predict --onnx``: label a GLUE or user file with the torch-free ``Predictor``.
 
     One sentence at a time, as the graph is scored and deployed: a padded batch would
     change what a dynamically quantised graph predicts.
     """
     from compressor.core.data import task_from_dict
-    from compressor.engine.scoring import read_rows_to_label, write_predictions
+    from compressor.engine.scoring import (check_probabilities, label_rows, read_rows_to_label,
+                                           split_empty, write_predictions)
 
     from compressor.export.runtime import open_graph
 
     manifest = read_manifest(folder)
     task_spec = task_from_dict(manifest["task_spec"])
+    check_probabilities(task_spec, probabilities)
     dataset = read_rows_to_label(input, task_spec, text_columns, output=output)
+    rows, empty = split_empty(dataset.examples)
     predictor = open_graph(folder, threads=threads)
-    labels = predictor.predict(example_texts(dataset.examples), batch_size=1)
-    write_predictions(output, dataset.examples, labels, input=input)
+    logits = predictor.logits(example_texts([dataset.examples[i] for i in rows]), batch_size=1) \
+        if rows else None
+    labels, probs = label_rows(task_spec, logits, rows, len(dataset.examples), probabilities)
+    write_predictions(output, dataset.examples, labels, input=input, probabilities=probs,
+                      names=task_spec.label_names)
     return {"input": input, "output": os.path.abspath(output), "rows": len(labels),
-            "task": task_spec.name, "engine": "onnxruntime"}
+            "task": task_spec.name, "engine": "onnxruntime",
+            "empty_rows": [dataset.examples[i].guid for i in empty]}

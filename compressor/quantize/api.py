@@ -43,14 +43,15 @@ class QuantizeJob:
 
 def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task: Optional[str] = None,
              data_dir: Optional[str] = None, train_set=None, dev_set=None, meta: Optional[dict] = None,
-             overwrite: bool = False, holdout_set=None) -> dict:
+             overwrite: bool = False, holdout_set=None, user_data=None) -> dict:
     """Quantise ``model`` (a checkpoint or an ONNX export folder) into the folder ``out``.
 
     The dev split is scored when it can be loaded (``dev_set`` or the task's
-    data); static calibration, INC and QAT draw on the training split.
+    data); static calibration, INC and QAT draw on the training split. A model trained on the
+    user's files uses those its ``compressor.json`` records, or ``user_data``'s.
     Returns the record, also written to ``out/quantize.json``.
     """
-    from compressor.core.data import load_split
+    from compressor.core.data import data_for, load_data
     from compressor.core.metrics import task_score
     from compressor.core.models import read_meta
     from compressor.engine.scoring import _task_for
@@ -66,19 +67,21 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
         model = resolve_model(model)
     task_spec, model_meta = _task_for(model, task)
     max_length = model_meta.get("max_length", 128)
+    user_data = data_for(model, task_spec, user_data)   # the user's files it was trained on
     if train_set is None and config.uses_train:
-        train_set = load_split(task_spec, "train", data_dir=data_dir)
+        train_set = load_data(task_spec, "train", data_dir, None, user_data)
     if holdout_set is None and getattr(config, "search_on", None) == "holdout":
         from compressor.core.data import holdout
 
-        holdout_set = holdout.held_rows(model, task_spec, data_dir, needs="search_on: holdout")
+        holdout_set = holdout.held_rows(model, task_spec, data_dir, user_data, needs="search_on: holdout")
+    unscored = None
     if dev_set is None:
         try:
-            dev_set = load_split(task_spec, "dev", data_dir=data_dir)
-        except CompressorError:
-            if config.needs_dev:
+            dev_set = load_data(task_spec, "dev", data_dir, None, user_data)
+        except CompressorError as exc:
+            if config.needs_dev or user_data is not None:   # the user's own dev file: say what is wrong
                 raise
-            dev_set = None
+            dev_set, unscored = None, str(exc).splitlines()[0]
     preset = config.hardware()
     start = time.perf_counter()
     record = {"method": config.method, "backend": config.backend,
@@ -93,6 +96,8 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
         record["score"] = task_score(task_spec, record["metrics"])
         record["split"] = "dev"
         record["examples"] = len(dev_set)
+    elif unscored:
+        record["unscored"] = f"no dev data to score on: {unscored}"
     record["wall_time_s"] = round(time.perf_counter() - start, 2)
     record["versions"] = versions()
     write_json(os.path.join(out, RECORD_FILE), record)

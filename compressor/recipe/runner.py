@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from compressor.core import distributed
-from compressor.core.data import load_data, resolve_data_dir
+from compressor.core.data import data_meta, load_data, resolve_data_dir
 from compressor.core.errors import CompressorError
 from compressor.core.hub import refresh_card
 from compressor.core.io import atomic_dir, read_json, versions, write_json
@@ -69,7 +69,9 @@ class StageContext:
         return self._cache[name]
 
     def meta(self, made_by: str, max_length: int) -> dict:
-        return checkpoint_meta(self.task, max_length, made_by, recipe=self.recipe.name)
+        # the user's files (path, sha256, columns): later commands on a stage's folder need not be told them
+        return checkpoint_meta(self.task, max_length, made_by, recipe=self.recipe.name,
+                               **data_meta(self.recipe.user_data))
 
 
 def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optional[str] = None,

@@ -40,6 +40,14 @@ class TaskSpec:
     def main_metric(self) -> str:
         return self.metrics[0]
 
+    @property
+    def label_names(self) -> tuple | None:
+        """The classes as people read them (``predict`` writes these): a GLUE task's names as the
+        Hugging Face ``glue`` datasets give them (SST-2: negative, positive), else ``labels``."""
+        if self.labels and TASKS.get(self.name) == self:
+            return LABEL_NAMES.get(self.name, self.labels)
+        return self.labels
+
 
 def _spec(name, folder, text_fields, labels, metrics, splits=_STD_SPLITS) -> TaskSpec:
     return TaskSpec(name, folder, tuple(text_fields), labels, tuple(metrics), dict(splits))
@@ -63,6 +71,15 @@ TASKS: dict[str, TaskSpec] = {
         _spec("mnli_mm", "MNLI", ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"),
               ("accuracy",), {"train": "train.tsv", "dev": "dev_mismatched.tsv", "test": "test_mismatched.tsv"}),
     )
+}
+
+# the names behind GLUE's 0/1 label ids, in id order (the Hugging Face glue datasets' ClassLabel names)
+LABEL_NAMES = {
+    "sst2": ("negative", "positive"),
+    "mrpc": ("not_equivalent", "equivalent"),
+    "cola": ("unacceptable", "acceptable"),
+    "wnli": ("not_entailment", "entailment"),
+    "qqp": ("not_duplicate", "duplicate"),
 }
 
 _ALIASES = {
