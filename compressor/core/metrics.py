@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Optional
 
 import numpy as np
 from scipy.stats import pearsonr, spearmanr
@@ -100,3 +101,38 @@ def glue_score(per_task: dict[str, dict]) -> float:
         key = "mnli" if task.name in ("mnli", "mnli_mm") else task.name
         scores.setdefault(key, []).append(task_score(task, metrics))
     return sum(sum(v) / len(v) for v in scores.values()) / len(scores)
+
+
+# A regression model whose Pearson/Spearman mean is at or below this (x100) predicts nothing usable.
+REGRESSION_CHANCE = 5.0
+
+
+def majority_baseline(task: TaskSpec | str, references) -> tuple[float, str]:
+    """The task score (x100) that needs no model, and what gives it: always predicting the
+    references' most frequent label (classification: its share, for accuracy), or, for
+    regression, a correlation of :data:`REGRESSION_CHANCE` / 100."""
+    task = get_task(task)
+    if task.is_regression:
+        return REGRESSION_CHANCE, f"a correlation of {REGRESSION_CHANCE / 100:g}"
+    r = _vector(references, "references", False)
+    if len(r) == 0:
+        raise CompressorError(f"cannot score {task.name}: no examples")
+    values, counts = np.unique(r, return_counts=True)
+    majority = int(values[np.argmax(counts)])
+    baseline = task_score(task, compute_metrics(task, np.full(len(r), majority), r))
+    name = task.labels[majority] if task.labels and 0 <= majority < len(task.labels) else majority
+    return baseline, f"always predicting {name!r}, the dev set's most frequent label"
+
+
+def chance_warning(task: TaskSpec | str, score: Optional[float], references) -> Optional[str]:
+    """One line when ``score`` (x100, :func:`task_score`) is at or below the majority-class
+    baseline of ``references`` (a model that learned nothing usable), else None."""
+    if score is None or references is None or not len(references):
+        return None
+    task = get_task(task)
+    baseline, how = majority_baseline(task, references)
+    if score > baseline + 1e-9:
+        return None
+    return (f"{task.name} dev score {score:.2f} is at or below the majority-class baseline "
+            f"{baseline:.2f} ({how}): the model is at chance; check the learning rate, the data "
+            "and the checkpoint before compressing it")

@@ -128,7 +128,58 @@ def load_for_task(name_or_path: str, task=None, attn_implementation: Optional[st
     ``predict`` do: an ONNX export comes back as a module that runs its graph.
     """
     path = resolve_model(name_or_path)
-    return _loader(path, pytorch).load(path, task, attn_implementation=attn_implementation)
+    loader = _loader(path, pytorch)
+    model, tokenizer = loader.load(path, task, attn_implementation=attn_implementation)
+    if loader.pytorch and loader.kind not in KEEPS_DTYPE:
+        as_float32(model)   # the guard: whatever a loader gave, training starts from fp32 weights
+    return model, tokenizer
+
+
+# kinds whose stored dtype is the point of the folder (an FP16/INT8 deployment copy)
+KEEPS_DTYPE = ("torch-quantized",)
+
+
+def float32_kwargs() -> dict:
+    """``from_pretrained``/``from_config`` options that load weights as float32 whatever dtype
+    they were stored in: transformers 5 (and 4.56+) call it ``dtype``, earlier 4.x ``torch_dtype``.
+    Transformers 5 otherwise keeps a checkpoint's stored dtype (an fp16 hub checkpoint would
+    train in fp16: no FP32 master weights, and updates below fp16's resolution are lost)."""
+    return {_dtype_key(): torch.float32}
+
+
+@functools.lru_cache(maxsize=1)
+def _dtype_key() -> str:
+    import transformers
+    from packaging.version import Version
+
+    return "dtype" if Version(transformers.__version__).release >= (4, 56) else "torch_dtype"
+
+
+def as_float32(model):
+    """``model`` with every fp16/bf16 parameter and buffer cast to float32, and its config saying
+    float32 (so a checkpoint saved from it is float32 and says so). Mixed precision comes from
+    autocast (``--precision bf16/fp16``), never from the weights' dtype. Returns ``model``."""
+    if not isinstance(model, torch.nn.Module):
+        return model
+    low = (torch.float16, torch.bfloat16)
+    if any(t.dtype in low for t in list(model.parameters()) + list(model.buffers())):
+        for module in model.modules():
+            for _, p in list(module.named_parameters(recurse=False)):
+                if p.dtype in low:
+                    p.data = p.data.float()
+            for name, b in list(module.named_buffers(recurse=False)):
+                if b is not None and b.dtype in low:
+                    setattr(module, name, b.float())
+    from transformers import PretrainedConfig
+
+    config = getattr(model, "config", None)
+    if isinstance(config, PretrainedConfig):
+        _set_config_dtype(config, torch.float32)
+    return model
+
+
+def _set_config_dtype(config, dtype) -> None:
+    setattr(config, _dtype_key(), dtype)
 
 
 @register_loader("hf")
@@ -140,6 +191,7 @@ def load_hf(path: str, task=None, attn_implementation: Optional[str] = None, **_
 
     config = load_config(path)
     arch_of(config)  # refuse unsupported architectures up front
+    _set_config_dtype(config, torch.float32)   # a shaped model is built (from_config) at this dtype
     shape = read_meta(path).get("shape") if os.path.isdir(path) else None
     if not is_plain(shape, config):
         _check_labels(path, config, task)
@@ -157,6 +209,7 @@ def load_hf(path: str, task=None, attn_implementation: Optional[str] = None, **_
             problem_type="regression" if task.is_regression else "single_label_classification",
         )
     kwargs.update(_safe_weights(path))
+    kwargs.update(float32_kwargs())   # FP32 master weights, whatever dtype the folder stores
     try:
         model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
     except Exception as exc:

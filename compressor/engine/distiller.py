@@ -17,10 +17,10 @@ from compressor.core.io import check_output_dir, versions
 from compressor.core.metrics import task_score
 from compressor.core.models import (checkpoint_meta, count_parameters, load_for_task, resolve_model,
                       save_checkpoint, size_on_disk)
-from compressor.engine.scoring import predict_logits, score
+from compressor.engine.scoring import chance_check, predict_logits, score
 from compressor.core.settings import from_values, not_negative, setting
 from compressor.core import distributed
-from compressor.engine.train import TrainConfig, fit, set_seed, unwrap
+from compressor.engine.train import TrackerLogs, TrainConfig, fit, set_seed, unwrap
 from compressor.engine.losses import KDSettings, Losses, LossSetup, Signals
 from compressor.engine.students import LayersStudent, StudentConfig, build_student, same_tokenizer
 
@@ -493,10 +493,11 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     teacher_score = task_score(task_spec, teacher_metrics)
     general_set = general_text(config, task_spec, data_dir, train_set, dev_set, train_limit)
     general_net, general_path = load_general_teacher(config, task_spec, teacher_path, tokenizer, attn)
-    student_net, student_tok, result = distill_model(net, tokenizer, train_set, dev_set, config,
-                                                     desc=f"distill {task_spec.name}",
-                                                     general_set=general_set, general_teacher=general_net,
-                                                     general_teacher_path=general_path)
+    with TrackerLogs() as logs:   # trackers' logs (report_to) end up in out/runs
+        student_net, student_tok, result = distill_model(net, tokenizer, train_set, dev_set, config,
+                                                         desc=f"distill {task_spec.name}",
+                                                         general_set=general_set, general_teacher=general_net,
+                                                         general_teacher_path=general_path)
     record = {
         "task": task_spec.name, "split": "dev", "teacher": teacher,
         "metrics": result["metrics"], "score": result["score"],
@@ -511,8 +512,12 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     }
     meta = student_meta(task_spec, config, student_net, teacher=os.path.abspath(teacher_path)
                         if os.path.isdir(teacher_path) else teacher_path, **data_meta(user_data))
+    if distributed.is_main():   # a teacher or student at chance says so (stderr and the record)
+        chance_check(record, dev_set, score=teacher_score, prefix="distilled from a teacher at chance: ")
+        chance_check(record, dev_set)
     if distributed.is_main():   # every process holds the same student; one writes it
         record["size_bytes"] = save_checkpoint(student_net, student_tok, out, meta,
                                                {"metrics.json": record}, overwrite=True)
+        logs.keep(out)
     distributed.barrier()
     return record

@@ -21,7 +21,8 @@ def on_checkpoint(model: str, out: str, config_cls: type, config, settings: dict
     from compressor.core.data import data_for, data_meta, holdout, load_data
     from compressor.core.io import check_output_dir, versions, write_json
     from compressor.core.models import checkpoint_meta, resolve_model, size_on_disk
-    from compressor.engine.scoring import _task_for
+    from compressor.engine.scoring import _task_for, chance_check
+    from compressor.engine.train import TrackerLogs
     from compressor.core.settings import config_from_dict
 
     if config is None or isinstance(config, dict):
@@ -37,11 +38,14 @@ def on_checkpoint(model: str, out: str, config_cls: type, config, settings: dict
     dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
     start = time.perf_counter()
     meta = checkpoint_meta(task_spec, config.max_length, what, **data_meta(user_data))
-    record = run(path, task_spec, train_set, dev_set, config, out, meta)
+    with TrackerLogs() as logs:   # trackers' logs (report_to) end up in out/runs
+        record = run(path, task_spec, train_set, dev_set, config, out, meta)
     record.update({"task": task_spec.name, "model": model,
                    "wall_time_s": round(time.perf_counter() - start, 2),
                    "size_bytes": size_on_disk(out), "config": asdict(config), "versions": versions()})
+    chance_check(record, dev_set)   # a model at chance says so (stderr and metrics.json)
     write_json(os.path.join(out, "metrics.json"), record)
+    logs.keep(out)
     return record
 
 

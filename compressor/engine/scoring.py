@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import sys
 import time
 from typing import Optional, Sequence
 
@@ -17,7 +18,7 @@ from compressor.core.device import autocast, resolve_device
 from compressor.core.errors import CompressorError
 from compressor.core.io import read_json, versions, write_json, write_text
 from compressor.core.loaders import kind_of
-from compressor.core.metrics import compute_metrics, task_score
+from compressor.core.metrics import chance_warning, compute_metrics, majority_baseline, task_score
 from compressor.core.models import load_for_task, read_meta, resolve_model
 from compressor.core.progress import progress
 
@@ -60,6 +61,27 @@ def score(model, tokenizer, dataset, max_length: int, batch_size: int = 64,
                             desc=desc)
     preds = predictions_from_logits(logits, dataset.task.is_regression)
     return compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])
+
+
+def chance_check(record: dict, dev_set, say=None, score: Optional[float] = None,
+                 prefix: str = "") -> Optional[str]:
+    """Warn when ``record``'s dev score (or ``score``: a teacher's, say, with a ``prefix`` saying
+    so) is at or below the majority-class baseline of ``dev_set``
+    (:func:`compressor.core.metrics.chance_warning`): the line is printed (``say``, else stderr)
+    and added to ``record["warnings"]``, which the record's JSON and the recipe report keep."""
+    score = record.get("score") if score is None else score
+    if score is None or dev_set is None or not dev_set.labelled:
+        return None
+    line = chance_warning(dev_set.task, score, [ex.label for ex in dev_set.examples])
+    if line:
+        if not prefix:   # the model itself: later stages say they start from it
+            record["at_chance"] = round(majority_baseline(dev_set.task, [ex.label for ex in dev_set.examples])[0], 2)
+        line = prefix + line
+        warnings = record.setdefault("warnings", [])
+        if line not in warnings:
+            warnings.append(line)
+        (say or (lambda msg: print(msg, file=sys.stderr, flush=True)))(f"warning: {line}")
+    return line
 
 
 def _require_labels(dataset) -> None:

@@ -186,7 +186,11 @@ def _random_student(spec: ConfigStudent, teacher, tokenizer, task):
     config.label2id = {l: i for i, l in enumerate(labels)}
     config.problem_type = "regression" if task.is_regression else "single_label_classification"
     config.architectures = None
-    model = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
+    from compressor.core.models import float32_kwargs
+
+    # a teacher's config may say fp16 (as it was stored): a student trains from float32 weights
+    model = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager",
+                                                           **float32_kwargs())
     return model, tokenizer, {"kind": "config", **{k: v for k, v in values.items()},
                               "model_type": config.model_type}
 

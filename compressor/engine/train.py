@@ -7,10 +7,14 @@ is the same for both.
 """
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import math
 import os
 import random
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -23,11 +27,11 @@ from compressor.core.batches import collate, encode, iter_batches, to_device
 from compressor.core.data import UserData, data_meta, get_task, load_data
 from compressor.core.device import check_precision, resolve_device
 from compressor.core.errors import CompressorError
-from compressor.engine.train_config import TrainConfig  # noqa: F401  (the loop's settings; re-exported)
-from compressor.engine.scoring import predict_logits, predictions_from_logits
+from compressor.engine.train_config import TrainConfig, trackers  # noqa: F401  (TrainConfig: re-exported)
+from compressor.engine.scoring import chance_check, predict_logits, predictions_from_logits
 from compressor.core.io import check_output_dir, versions
 from compressor.core.metrics import compute_metrics, task_score
-from compressor.core.models import checkpoint_meta, count_parameters, load_for_task, save_checkpoint
+from compressor.core.models import as_float32, checkpoint_meta, count_parameters, load_for_task, save_checkpoint
 from compressor.core.progress import progress
 
 
@@ -95,7 +99,7 @@ def unwrap(model):
     return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
 
 
-def _accelerator(config: TrainConfig, device: torch.device):
+def _accelerator(config: TrainConfig, device: torch.device, log_dir: Optional[str] = None):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
     from accelerate.utils import DistributedDataParallelKwargs
@@ -109,9 +113,11 @@ def _accelerator(config: TrainConfig, device: torch.device):
     precision = {"fp32": "no"}.get(config.precision, config.precision)
     # gradients live in the all-reduce buckets (no copy per step)
     ddp = DistributedDataParallelKwargs(gradient_as_bucket_view=True)
+    # trackers (report_to) log under log_dir; None when the config names none
+    tracking = {"log_with": trackers(config.report_to), "project_dir": log_dir} if log_dir else {}
     return Accelerator(cpu=device.type == "cpu", mixed_precision=precision,
                        gradient_accumulation_steps=config.grad_accum, device_placement=False,
-                       kwargs_handlers=[ddp])
+                       kwargs_handlers=[ddp], **tracking)
 
 
 def _my_rows(rows: int) -> range:
@@ -183,8 +189,12 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
     world = distributed.world_size()
     device = resolve_device(config.device)
     check_precision(config.precision, device)
-    accelerator = _accelerator(config, device)
+    log_dir = _tracker_dir(config)   # None unless report_to names trackers (rank 0 only)
+    accelerator = _accelerator(config, device, log_dir)
     task = train_set.task
+    # FP32 master weights whatever dtype the model came in (a checkpoint stored in fp16, say):
+    # the optimiser updates float32 weights; --precision bf16/fp16 runs the steps in autocast
+    as_float32(model)
     model.to(device)
     items = encode(tokenizer, train_set.examples, config.max_length, model.config)
     if not items:
@@ -219,6 +229,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
     wrapped, optimizer = accelerator.prepare(model, optimizer)
     # mixed precision covers the training step (below); evaluation runs as the model is used
     accelerator.unwrap_model(wrapped, keep_fp32_wrapper=False)
+    tracking = _Tracking(accelerator, config, desc, log_dir, optimizer)
     generator = torch.Generator().manual_seed(config.seed)
     if distributed.rank():   # its own dropout draws: the ranks' rows are different rows
         torch.manual_seed(config.seed + distributed.rank())
@@ -264,7 +275,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
             state.step += 1
             _each(callbacks, "on_optimizer_step", state)
             if pending is not None:
-                losses.append(_check_loss(*pending, bar))
+                _note_loss(losses, pending, bar, tracking)
             pending = (state.step, accelerator.reduce(step_loss, "mean") / config.grad_accum)
             step_loss = None
             bar.update(1)
@@ -272,7 +283,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
                 _sync(device)
                 settled = (time.perf_counter(), rows_seen, eval_s)
             if state.step % eval_every == 0 or state.step == total_steps or state.stop:
-                losses.append(_check_loss(*pending, bar))
+                _note_loss(losses, pending, bar, tracking)
                 pending = None
                 _check_weights(model, state.step, config, weight_limit)
                 _sync(device)
@@ -282,6 +293,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
                 entry["kept"] = all(cb.may_keep(state, entry) for cb in callbacks)
                 state.history.append(entry)
                 _each(callbacks, "on_evaluate", state, entry)
+                tracking.log_eval(entry)
                 better = entry["kept"] and (best is None or entry["score"] > best["score"])
                 _print_evaluation(bar, desc, entry, total_steps, better)
                 if entry["kept"] and (best is None or entry["score"] > best["score"]):
@@ -293,10 +305,11 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
                 break
         _each(callbacks, "on_epoch_end", state)
     if pending is not None:
-        losses.append(_check_loss(*pending, bar))
+        _note_loss(losses, pending, bar, tracking)
     _sync(device)
     elapsed = time.perf_counter() - start
     bar.close()
+    tracking.end()
     _each(callbacks, "on_train_end", state)
     for p in frozen:
         p.requires_grad_(True)
@@ -326,6 +339,112 @@ def loss_curve(losses: Sequence[Tuple[int, float]], points: int = 10) -> List[Li
     size = math.ceil(len(losses) / points)
     return [[chunk[-1][0], round(sum(v for _, v in chunk) / len(chunk), 6)]
             for chunk in (losses[i:i + size] for i in range(0, len(losses), size))]
+
+
+def _note_loss(losses: list, pending, bar, tracking: "_Tracking") -> None:
+    losses.append(_check_loss(*pending, bar))
+    tracking.log_loss(*losses[-1])
+
+
+# -- trackers (report_to: tensorboard, mlflow, wandb, through accelerate) ------------------
+
+_LOGS: contextvars.ContextVar = contextvars.ContextVar("compressor_tracker_logs", default=None)
+
+
+class TrackerLogs:
+    """Where the training runs inside ``with TrackerLogs() as logs:`` log for their trackers
+    (``report_to``): a temporary folder, made when a run first needs it, that :meth:`keep`
+    moves to ``OUT/runs`` once the output folder is written (output folders are written whole,
+    replacing what was there). Without trackers nothing is made; a failed block leaves nothing."""
+
+    def __init__(self):
+        self.tmp: Optional[str] = None
+        self._token = None
+
+    def folder(self) -> str:
+        if self.tmp is None:
+            self.tmp = tempfile.mkdtemp(prefix="compressor-runs-")
+        return self.tmp
+
+    def __enter__(self) -> "TrackerLogs":
+        self._token = _LOGS.set(self)
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        _LOGS.reset(self._token)
+        if kind is not None:
+            self.discard()
+
+    def keep(self, out: str) -> Optional[str]:
+        """Move the logs to ``out/runs`` (merged into one there already); returns that folder."""
+        if self.tmp is None or not os.path.isdir(self.tmp) or not os.path.isdir(out):
+            self.discard()
+            return None
+        runs = os.path.join(out, "runs")
+        os.makedirs(runs, exist_ok=True)
+        for name in os.listdir(self.tmp):
+            target = os.path.join(runs, name)
+            if os.path.exists(target):
+                shutil.rmtree(target, ignore_errors=True)
+            shutil.move(os.path.join(self.tmp, name), target)
+        self.discard()
+        return runs
+
+    def discard(self) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+
+def _tracker_dir(config: TrainConfig) -> Optional[str]:
+    """The folder trackers log under, or None without any (and on every rank but 0): the open
+    :class:`TrackerLogs`' folder, else ``./runs`` (``fit`` called on its own, as transformers'
+    Trainer does)."""
+    if not trackers(config.report_to) or not distributed.is_main():
+        return None
+    logs = _LOGS.get()
+    return logs.folder() if logs is not None else os.path.abspath("runs")
+
+
+class _Tracking:
+    """accelerate's trackers for one ``fit`` (a no-op without ``report_to``): the training loss
+    and learning rate per optimiser step, the dev metrics per evaluation, the settings once."""
+
+    def __init__(self, accelerator, config: TrainConfig, desc: str, log_dir: Optional[str], optimizer):
+        self.accelerator = accelerator if log_dir else None
+        self.optimizer = optimizer
+        if self.accelerator is None:
+            return
+        names = trackers(config.report_to)
+        init_kwargs = {}
+        if "wandb" in names:   # offline unless the user says otherwise: `wandb sync` uploads later
+            os.environ.setdefault("WANDB_MODE", "offline")
+            init_kwargs["wandb"] = {"dir": log_dir}
+        if "mlflow" in names and not os.environ.get("MLFLOW_TRACKING_URI"):
+            import mlflow   # a local file store beside the other logs (no server)
+
+            mlflow.set_tracking_uri("file://" + os.path.join(os.path.abspath(log_dir), "mlruns"))
+        base = "-".join(str(desc).split()) or "train"
+        name, n = base, 1
+        while os.path.exists(os.path.join(log_dir, name)):   # several runs of one command
+            n += 1
+            name = f"{base}-{n}"
+        settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(TrainConfig)}
+        accelerator.init_trackers(name, config=settings, init_kwargs=init_kwargs)
+
+    def log_loss(self, step: int, loss: float) -> None:
+        if self.accelerator is not None:
+            self.accelerator.log({"train/loss": loss, "train/lr": self.optimizer.param_groups[0]["lr"]},
+                                 step=step)
+
+    def log_eval(self, entry: dict) -> None:
+        if self.accelerator is not None:
+            values = {f"eval/{k}": float(v) for k, v in entry["metrics"].items()}
+            self.accelerator.log({**values, "eval/score": entry["score"]}, step=entry["step"])
+
+    def end(self) -> None:
+        if self.accelerator is not None:
+            self.accelerator.end_training()
 
 
 def _each(callbacks, hook: str, *args) -> None:
@@ -416,7 +535,8 @@ def finetune(model: str, task: Optional[str], out: str, data_dir: Optional[str] 
     set_seed(config.seed)  # the new classifier head is drawn from this seed too
     net, tokenizer = load_for_task(model, task_spec)
     start = time.perf_counter()
-    result = fit(net, tokenizer, train_set, dev_set, config, desc=f"finetune {task_spec.name}")
+    with TrackerLogs() as logs:
+        result = fit(net, tokenizer, train_set, dev_set, config, desc=f"finetune {task_spec.name}")
     record = {
         "task": task_spec.name, "split": "dev",
         "metrics": result["best"]["metrics"], "score": result["best"]["score"],
@@ -431,8 +551,11 @@ def finetune(model: str, task: Optional[str], out: str, data_dir: Optional[str] 
     meta = checkpoint_meta(task_spec, config.max_length, "finetune", **data_meta(user_data))
     if held_out:
         record["holdout"] = meta["holdout"] = held_out
+    if distributed.is_main():   # a model at chance says so (stderr and the record)
+        chance_check(record, dev_set)
     net.to("cpu")
     if distributed.is_main():   # every process holds the same weights; one writes them
         record["size_bytes"] = save_checkpoint(net, tokenizer, out, meta, {"metrics.json": record})
+        logs.keep(out)
     distributed.barrier()
     return record

@@ -7,7 +7,7 @@ these fields (and answer ``--help``) without loading the training stack.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 from compressor.core.device import PRECISIONS
 from compressor.core.settings import check_fields, not_negative, positive, setting
@@ -32,9 +32,38 @@ class TrainConfig:
     max_steps: int = setting(0, check=not_negative)    # stop after this many optimiser steps; 0 = no limit
     device: str = setting("auto", check=device_setting)
     precision: str = setting("fp32", choices=PRECISIONS)   # fp32, bf16 or fp16 (fp16 needs CUDA)
+    # trackers that get the loss and dev scores, through accelerate, into OUT/runs/:
+    # none, or tensorboard, mlflow, wandb (several: comma-separated); all work offline
+    report_to: str = setting("none", check=lambda v, name, c: report_to_problem(v, name))
 
     def check(self) -> None:
         check_fields(self)
+
+
+# --report-to name -> the module that provides it, and how to install it
+TRACKERS = {"tensorboard": ("tensorboard", "pip install 'compressor[trackers]' (or pip install tensorboard)"),
+            "mlflow": ("mlflow", "pip install mlflow"), "wandb": ("wandb", "pip install wandb")}
+
+
+def trackers(value) -> List[str]:
+    """The tracker names of a ``report_to`` value ("none", "tensorboard", "tensorboard,wandb", a list)."""
+    items = value if isinstance(value, (list, tuple)) else str(value or "none").split(",")
+    names = [str(v).strip().lower() for v in items if str(v).strip()]
+    return [n for n in names if n != "none"]
+
+
+def report_to_problem(value, name: str = "report_to") -> Optional[str]:
+    """What is wrong with ``report_to``: an unknown tracker, or one whose package is missing
+    (one line saying what to install)."""
+    import importlib.util
+
+    for tracker in trackers(value):
+        if tracker not in TRACKERS:
+            return f"unknown {name} {tracker!r}; use none, {', '.join(TRACKERS)}"
+        module, install = TRACKERS[tracker]
+        if importlib.util.find_spec(module) is None:
+            return f"{name} {tracker} needs the {module} package, which is not installed: {install}"
+    return None
 
 
 def _epochs(value, config) -> Optional[str]:

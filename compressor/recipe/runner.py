@@ -142,6 +142,10 @@ def _run_locked(recipe: Recipe, out: str, data_dir, log, previous: Optional[dict
                                "input": current["fingerprint"]})
         ctx = StageContext(**ctx_args, model_dir=_abs(out, current["model_dir"]),
                            teacher_dir=teacher_dir, out_dir="", _cache=shared_cache)
+        if current.get("at_chance"):
+            log(f"[{spec.dirname}] starts from {current['dir']}, a model at chance (dev score "
+                f"{current['score']:.2f}, majority-class baseline {current['at_chance']:.2f}): "
+                "its figures say little")
         record = _run_stage(out, spec.dirname, fingerprint, log,
                             lambda c, st=stage_type, cfg=spec.config: st.run(c, cfg),
                             ctx, produces=stage_type.produces, config=config, name=spec.name,
@@ -204,10 +208,15 @@ def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
         return skipped
     _keep_foreign_files(out, folder, dirname, log)
     log(f"[{dirname}] running")
+    from compressor.engine.scoring import chance_check
+    from compressor.engine.train import TrackerLogs
+
     start = time.perf_counter()
     with atomic_dir(folder) as tmp:
         ctx.out_dir = tmp
-        result = fn(ctx) or {}
+        with TrackerLogs() as logs:   # trackers' logs (report_to) go to the stage's runs/
+            result = fn(ctx) or {}
+        logs.keep(tmp)
         record = {"stage": name, "dir": dirname, "config": config, "fingerprint": fingerprint,
                   "task": ctx.task.name}
         record.update(result)
@@ -224,6 +233,9 @@ def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
         if teacher_score is not None and record.get("score") is not None:
             record["teacher_score"] = teacher_score
             record["retention"] = round(record["score"] / teacher_score, 4) if teacher_score else None
+        split = record.get("split", "dev")
+        if record.get("score") is not None and split in ("dev", "train"):   # at chance: say so
+            chance_check(record, ctx.split(split), say=lambda msg: log(f"[{dirname}] {msg}"))
         record["wall_time_s"] = round(time.perf_counter() - start, 2)
         record["versions"] = versions()
         refresh_card(tmp, dirname, record)   # the model card with this stage's figures
