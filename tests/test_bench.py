@@ -272,10 +272,10 @@ def test_bench_command_line_errors(tmp_path):
 
     from compressor.cli import cli
 
-    res = CliRunner().invoke(cli, ["bench", str(tmp_path / "nope"), "--out", str(tmp_path / "r.json")],
+    res = CliRunner().invoke(cli, ["bench", str(tmp_path / "nope"), "--out", str(tmp_path / "r")],
                              standalone_mode=False)
     assert isinstance(res.exception, CompressorError) and "model not found" in str(res.exception)
-    res = CliRunner().invoke(cli, ["bench", "--out", str(tmp_path / "r.json"), "--peers", "none"],
+    res = CliRunner().invoke(cli, ["bench", "--out", str(tmp_path / "r"), "--peers", "none"],
                              standalone_mode=False)
     assert isinstance(res.exception, CompressorError) and "nothing to benchmark" in str(res.exception)
 

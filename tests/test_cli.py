@@ -51,27 +51,27 @@ def test_corrupt_checkpoint(capsys, tmp_path, tiny_models, glue_dir):
 
 
 def test_unknown_task(capsys, tmp_path, tiny_models):
-    code, _, err = run_cli(capsys, "finetune", "--model", tiny_models["bert"], "--task", "sst9",
+    code, _, err = run_cli(capsys, "finetune", tiny_models["bert"], "--task", "sst9",
                            "--out", str(tmp_path / "o"))
     assert_one_line_error(code, err, "unknown task 'sst9'")
 
 
 def test_data_folder_without_the_task(capsys, tmp_path, tiny_models):
-    code, _, err = run_cli(capsys, "finetune", "--model", tiny_models["bert"], "--task", "rte",
+    code, _, err = run_cli(capsys, "finetune", tiny_models["bert"], "--task", "rte",
                            "--out", str(tmp_path / "o"), "--data-dir", str(tmp_path))
     assert_one_line_error(code, err, "no RTE/train.tsv under")
 
 
 def test_malformed_tsv_row_names_file_and_line(capsys, tmp_path, tiny_models, glue_dir):
     data = sst2_folder(tmp_path, glue_dir, bad_line="a fine film\tpositive\n")
-    code, _, err = run_cli(capsys, "finetune", "--model", tiny_models["bert"], "--task", "sst2",
+    code, _, err = run_cli(capsys, "finetune", tiny_models["bert"], "--task", "sst2",
                            "--out", str(tmp_path / "o"), "--data-dir", data)
     assert_one_line_error(code, err, os.path.join(data, "SST-2", "train.tsv") + ":3:")
 
 
 def test_cuda_asked_for_where_none_exists(capsys, tmp_path, tiny_models, glue_dir, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    code, _, err = run_cli(capsys, "finetune", "--model", tiny_models["bert"], "--task", "sst2",
+    code, _, err = run_cli(capsys, "finetune", tiny_models["bert"], "--task", "sst2",
                            "--out", str(tmp_path / "o"), "--data-dir", glue_dir, "--device", "cuda")
     assert_one_line_error(code, err, "no CUDA GPU")
 
@@ -150,5 +150,5 @@ def test_an_interrupted_command_says_whether_running_it_again_resumes():
     from compressor.cli import _interrupted
 
     assert _interrupted(["run", "recipe.yaml", "--out", "r"]).endswith("again to resume")
-    assert "incomplete" in _interrupted(["bench", "m", "--out", "x.json"])
+    assert "incomplete" in _interrupted(["bench", "m", "--out", "x"])
     assert _interrupted(["finetune", "--task", "sst2"]).endswith("to start over")

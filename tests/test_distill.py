@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from compressor.distill import DistillConfig, distill, layer_mapping
-from compressor.distill import losses as L
+from compressor.engine import losses as L
 from compressor.engine.students import (ConfigStudent, LayersStudent, build_student, student_config,
                                          teacher_layers_to_keep)
 from compressor.core.errors import CompressorError
@@ -340,7 +340,7 @@ def test_distill_command(trained_teacher, tmp_path, capsys):
 
     teacher_dir, data = trained_teacher
     out = tmp_path / "cli"
-    base = ["distill", "--teacher", teacher_dir, "--out", str(out), "--device", "cpu",
+    base = ["distill", teacher_dir, "--out", str(out), "--device", "cpu",
             "--train-file", data.train, "--dev-file", data.dev, "--text-column", "review",
             "--label-column", "sentiment"]
     code, _, err = run(*base, "--student", "kind=lstm")
@@ -348,7 +348,7 @@ def test_distill_command(trained_teacher, tmp_path, capsys):
                                          "pretrained, input, bilstm, cnn")
     code, _, err = run(*base, "--loss", "kd")
     assert code == 1 and "KEY=VALUE" in err and len(err.strip().splitlines()) == 1
-    code, _, err = run("distill", "--teacher", str(tmp_path / "none"), "--out", str(out))
+    code, _, err = run("distill", str(tmp_path / "none"), "--out", str(out))
     assert code == 1 and "checkpoint not found" in err
     assert not out.exists()
     main(base + ["--student", "kind=layers", "--student", "layers=[2]", "--loss", "kd=1",

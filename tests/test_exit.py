@@ -397,7 +397,7 @@ def test_the_command_writes_the_model_and_refuses_a_rule_a_regression_task_canno
     teacher = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
     from compressor.cli import main
 
-    main(["early-exit", "--model", teacher, "--out", str(tmp_path / "ee"), "--data-dir", glue_dir,
+    main(["early-exit", teacher, "--out", str(tmp_path / "ee"), "--data-dir", glue_dir,
           "--train-limit", "64", "--dev-limit", "16", "--set", "epochs=1",
           "--set", "calibrate.rows=16", "--set", "max_length=32", "--set", "rule=patience"])
     out = capsys.readouterr().out
@@ -412,14 +412,14 @@ def test_the_command_writes_the_model_and_refuses_a_rule_a_regression_task_canno
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     stsb = _classifier("bert", vocab=tokenizer.vocab_size, labels=1)
     save_checkpoint(stsb, tokenizer, str(tmp_path / "stsb"), checkpoint_meta(get_task("stsb"), 32, "test"))
-    code, out, err = run_cli(capsys, "early-exit", "--model", str(tmp_path / "stsb"),
+    code, out, err = run_cli(capsys, "early-exit", str(tmp_path / "stsb"),
                              "--out", str(tmp_path / "ee2"), "--data-dir", glue_dir,
                              "--train-limit", "16", "--dev-limit", "8", "--set", "rule=entropy")
     assert_one_line_error(code, err, "a regression task exits on patience")
     assert not os.path.exists(tmp_path / "ee2")
     # the default rule, auto, is the one the task can use: patience here (entropy on SST-2 above
     # would need no flag either)
-    main(["early-exit", "--model", str(tmp_path / "stsb"), "--out", str(tmp_path / "ee3"), "--data-dir", glue_dir,
+    main(["early-exit", str(tmp_path / "stsb"), "--out", str(tmp_path / "ee3"), "--data-dir", glue_dir,
           "--train-limit", "48", "--dev-limit", "8", "--set", "epochs=1", "--set", "calibrate.rows=16",
           "--set", "max_length=32"])
     assert "rule patience" in capsys.readouterr().out

@@ -167,9 +167,9 @@ def test_cli_export_and_predict_onnx(checkpoints, bert_export, tmp_path):
     assert res.exit_code == 0, res.output
     assert "identical predictions 100.00%" in res.output and "fusions:" in res.output
     dev = os.path.join(os.path.dirname(__file__), "..", "compressor", "core", "data", "embedded", "sst2", "dev.tsv")
-    res = runner.invoke(cli, ["predict", bert_export, "--onnx", "--input", dev, "--output", str(tmp_path / "p.tsv")])
+    res = runner.invoke(cli, ["predict", bert_export, "--onnx", "--input", dev, "--out", str(tmp_path / "p")])
     assert res.exit_code == 0, res.output
-    lines = open(tmp_path / "p.tsv").read().splitlines()
+    lines = open(tmp_path / "p" / "predictions.tsv").read().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 873 and {l.split("\t")[1] for l in lines[1:]} <= {"negative", "positive"}
 
 

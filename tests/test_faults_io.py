@@ -95,7 +95,7 @@ def test_disk_full_is_one_line_and_leaves_nothing_half_written(case, checkpoint,
     out = str(tmp_path / "out")
     if case == "finetune":
         monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", _safetensors_full)
-        argv = ["finetune", "--model", checkpoint, "--task", "sst2", "--out", out, "--data-dir", "embedded",
+        argv = ["finetune", checkpoint, "--task", "sst2", "--out", out, "--data-dir", "embedded",
                 "--train-limit", "16", "--dev-limit", "16", *FAST]
         written = out
     elif case == "export":  # where the exporters write the graph (optimum's and torch.onnx alike)
@@ -187,9 +187,9 @@ def test_no_rows_to_use_is_one_line_from_the_data_layer(command, fault, checkpoi
         split = {"--train-limit": "train", "--dev-limit": "dev", "--limit": "dev"}[flag]
         data, limits, expected = "embedded", [flag, "0"], f"the {split} row limit must be at least 1, got 0"
     if command == "finetune":
-        argv = ["finetune", "--model", checkpoint, "--task", "sst2", "--out", out, "--data-dir", data, *FAST]
+        argv = ["finetune", checkpoint, "--task", "sst2", "--out", out, "--data-dir", data, *FAST]
     elif command == "distill":
-        argv = ["distill", "--teacher", checkpoint, "--out", out, "--data-dir", data,
+        argv = ["distill", checkpoint, "--out", out, "--data-dir", data,
                 "--student", "num_layers=1", *FAST]
     else:
         argv = ["eval", checkpoint, "--data-dir", data, "--out", out]
@@ -242,7 +242,7 @@ def test_an_export_as_a_teacher_is_refused_naming_its_checkpoint(where, checkpoi
             """)
         argv = ["run", recipe, "--out", out]
     else:
-        argv = ["distill", "--teacher", export_dir, "--out", out, "--data-dir", "embedded",
+        argv = ["distill", export_dir, "--out", out, "--data-dir", "embedded",
                 "--train-limit", "16", "--dev-limit", "16", *FAST]
     line = one_line_error(capsys, argv)
     assert f"{export_dir} is an ONNX export, not a PyTorch checkpoint" in line, line

@@ -196,7 +196,7 @@ def test_mixed_label_vocabularies_are_refused(capsys, tmp_path, tiny_models):
                          for i, l in enumerate(text[1:])]
     train.write_text("\n".join(mixed) + "\n")
     out = tmp_path / "ckpt"
-    code, _, err = run_cli(capsys, "finetune", "--model", tiny_models["bert"], "--train-file", train,
+    code, _, err = run_cli(capsys, "finetune", tiny_models["bert"], "--train-file", train,
                            "--dev-file", train, "--text-column", "review", "--label-column", "sentiment",
                            "--max-steps", "1", "--device", "cpu", "--out", out)
     one_line_error(code, err, f"{train}: the labels mix numbers (0, 1) and names (neg, pos)")
@@ -204,7 +204,7 @@ def test_mixed_label_vocabularies_are_refused(capsys, tmp_path, tiny_models):
 
 
 def test_diverged_weights_end_the_run_without_a_checkpoint(capsys, tmp_path, tiny_models, glue_dir):
-    base = ["finetune", "--model", tiny_models["bert"], "--task", "sst2", "--data-dir", glue_dir,
+    base = ["finetune", tiny_models["bert"], "--task", "sst2", "--data-dir", glue_dir,
             "--train-limit", "16", "--dev-limit", "16", "--batch-size", "16", "--max-length", "32",
             "--max-steps", "1", "--device", "cpu"]
     out = tmp_path / "blown"
@@ -218,7 +218,7 @@ def test_diverged_weights_end_the_run_without_a_checkpoint(capsys, tmp_path, tin
 
 
 def test_num_layers_0_is_refused_at_the_command_line(capsys, tmp_path, sst2_checkpoint):
-    code, _, err = run_cli(capsys, "distill", "--teacher", sst2_checkpoint, "--out", tmp_path / "s",
+    code, _, err = run_cli(capsys, "distill", sst2_checkpoint, "--out", tmp_path / "s",
                            "--data-dir", "embedded", "--student", "kind=layers", "--student", "num_layers=0",
                            "--max-steps", "1", "--device", "cpu")
     one_line_error(code, err, "num_layers must be at least 1; leave it out for half the teacher's layers")

@@ -16,7 +16,7 @@ def teacher(tmp_path_factory, tiny_models, glue_dir):
     from compressor.cli import main
 
     out = str(tmp_path_factory.mktemp("holdout") / "teacher")
-    main(["finetune", "--model", tiny_models["bert"], "--task", "sst2", "--out", out, "--data-dir", glue_dir,
+    main(["finetune", tiny_models["bert"], "--task", "sst2", "--out", out, "--data-dir", glue_dir,
           "--train-limit", "64", "--dev-limit", "16", "--holdout", "16", "--epochs", "1",
           "--batch-size", "16", "--max-length", "32", "--device", "cpu"])
     return out
@@ -100,7 +100,7 @@ def test_a_tolerance_finer_than_one_search_row_is_named(glue_dir, capsys):
 
 def test_distillation_from_such_a_teacher_leaves_its_rows_out(teacher, tmp_path, glue_dir, monkeypatch):
     from compressor.distill import DistillConfig, distill
-    from compressor.distill import distiller
+    from compressor.engine import distiller
 
     trained_on = []
     real = distiller.fit
@@ -122,7 +122,7 @@ def test_distillation_from_such_a_teacher_leaves_its_rows_out(teacher, tmp_path,
 def test_bad_holdouts_are_one_line_errors(teacher, tiny_models, tmp_path, glue_dir, capsys):
     from test_cli import assert_one_line_error, run_cli
 
-    code, _, err = run_cli(capsys, "finetune", "--model", tiny_models["bert"], "--task", "sst2", "--out",
+    code, _, err = run_cli(capsys, "finetune", tiny_models["bert"], "--task", "sst2", "--out",
                            str(tmp_path / "t"), "--data-dir", glue_dir, "--train-limit", "20", "--holdout", "20",
                            "--device", "cpu")
     assert_one_line_error(code, err, "holdout 20: the training split")
@@ -154,7 +154,7 @@ def test_early_exit_can_calibrate_on_the_rows_the_teacher_held_out(teacher, tmp_
     from conftest import save_sst2_classifier
 
     other = save_sst2_classifier(tmp_path / "plain", teacher)
-    code, _, err = run_cli(capsys, "early-exit", "--model", other, "--out", str(tmp_path / "ee3"),
+    code, _, err = run_cli(capsys, "early-exit", other, "--out", str(tmp_path / "ee3"),
                            "--data-dir", glue_dir, "--train-limit", "16", "--dev-limit", "8",
                            "--set", "calibrate.split=holdout")
     assert_one_line_error(code, err, "calibrate.split: holdout needs a model fine-tuned with --holdout N")

@@ -177,17 +177,17 @@ def test_prune_command_and_its_mistakes(tmp_path, capsys, sst2_model, glue_dir):
     from compressor.cli import main
 
     out = tmp_path / "cli"
-    main(["prune", "--model", sst2_model, "--out", str(out), "--set", "heads=0.25",
+    main(["prune", sst2_model, "--out", str(out), "--set", "heads=0.25",
           "--set", "head_importance=magnitude", "--set", "ffn_importance=magnitude",
           "--set", "scope=layer", "--recover", "mode=none", "--data-dir", glue_dir,
           "--train-limit", "32", "--dev-limit", "16"])
     stdout = capsys.readouterr().out
     assert "pruned model:" in stdout and (out / "model.safetensors").exists()
     assert json.load(open(out / "compressor.json"))["shape"]["heads"] == [3, 3]
-    code, _, err = run_cli(capsys, "prune", "--model", sst2_model, "--out", str(tmp_path / "x"),
+    code, _, err = run_cli(capsys, "prune", sst2_model, "--out", str(tmp_path / "x"),
                            "--set", "heads=1.5", "--data-dir", glue_dir)
     assert_one_line_error(code, err, "heads must be a fraction in [0, 1), got 1.5")
-    code, _, err = run_cli(capsys, "prune", "--model", sst2_model, "--out", str(tmp_path / "y"),
+    code, _, err = run_cli(capsys, "prune", sst2_model, "--out", str(tmp_path / "y"),
                            "--set", "sparsity=0.5", "--data-dir", glue_dir)
     assert_one_line_error(code, err, "sparsity")
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

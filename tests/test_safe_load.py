@@ -103,7 +103,7 @@ def bench_cli(capsys, tmp_path, folder, glue_dir):
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", folder, "--peers", "none", "--no-memory", "--no-score", "--sentences", "2",
               "--batch-sizes", "none", "--task", "sst2", "--data-dir", glue_dir,
-              "--out", str(tmp_path / "results.json")])
+              "--out", str(tmp_path / "results")])
     return exit_info.value.code, capsys.readouterr().err
 
 

@@ -254,11 +254,11 @@ def test_share_command_writes_a_shared_model_and_refuses_bad_settings(tmp_path, 
     from test_cli import assert_one_line_error, run_cli
 
     source = save_sst2_classifier(tmp_path / "model", minilm_dir)
-    main(["share", "--model", source, "--out", str(tmp_path / "shared"), "--set", "share=ffn",
+    main(["share", source, "--out", str(tmp_path / "shared"), "--set", "share=ffn",
           "--recover", "mode=none", "--data-dir", glue_dir, "--train-limit", "16", "--dev-limit", "16"])
     assert "shared model:" in capsys.readouterr().out
     assert read_meta(str(tmp_path / "shared"))["shape"]["shared"]
-    code, _, err = run_cli(capsys, "share", "--model", source, "--out", str(tmp_path / "x"),
+    code, _, err = run_cli(capsys, "share", source, "--out", str(tmp_path / "x"),
                            "--set", "share=heads", "--data-dir", glue_dir)
     assert_one_line_error(code, err, "share")
     assert not (tmp_path / "x").exists()

@@ -274,11 +274,11 @@ def test_theseus_command_writes_the_smaller_model(tmp_path, capsys, minilm_dir, 
     from compressor.core.models import load_for_task
 
     model = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
-    main(["theseus", "--model", model, "--out", str(tmp_path / "small"), "--set", "num_layers=1",
+    main(["theseus", model, "--out", str(tmp_path / "small"), "--set", "num_layers=1",
           "--set", "replacing_epochs=1", "--set", "finetune_epochs=0", "--set", "batch_size=16",
           "--set", "kd.weight=1", "--data-dir", glue_dir, "--train-limit", "32", "--dev-limit", "16"])
     assert "compressed model:" in capsys.readouterr().out
     assert load_for_task(str(tmp_path / "small"))[0].config.num_hidden_layers == 1
-    code, _, err = run_cli(capsys, "theseus", "--model", model, "--out", str(tmp_path / "x"),
+    code, _, err = run_cli(capsys, "theseus", model, "--out", str(tmp_path / "x"),
                            "--set", "schedule=sometimes", "--data-dir", glue_dir)
     assert code == 1 and len(err.strip().splitlines()) == 1 and "schedule" in err

@@ -141,7 +141,7 @@ def test_own_files_finetune_eval_and_predict(tiny_models, tmp_path, capsys):
     train = write_reviews(tmp_path / "train.csv", 400)
     dev = write_reviews(tmp_path / "dev.csv", 64, start=400)
     out = tmp_path / "ckpt"
-    main(["finetune", "--model", tiny_models["bert"], "--train-file", train, "--dev-file", dev,
+    main(["finetune", tiny_models["bert"], "--train-file", train, "--dev-file", dev,
           "--text-column", "review", "--label-column", "sentiment", "--out", str(out),
           "--epochs", "3", "--lr", "2e-3", "--batch-size", "16", "--max-length", "16",
           "--device", "cpu"])

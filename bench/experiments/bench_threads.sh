@@ -20,10 +20,10 @@ made $W/student-onnx || flock -s /tmp/cpu.lock $C export runs/demo-student --out
 made $W/student-int8 || flock -s /tmp/cpu.lock $C quantize $W/student-onnx --out $W/student-int8 --method dynamic --preset auto
 
 flock -x /tmp/cpu.lock $C bench teacher-onnx=$W/teacher-onnx teacher-int8=$W/teacher-int8 \
-    --teacher runs/teachers/minilm-l6-sst2 --peers $PEERS --threads 1,2 --sentences $SENTENCES \
+    --teacher runs/teachers/minilm-l6-sst2 --peers $PEERS --device cpu --threads 1,2 --sentences $SENTENCES \
     --work-dir $W/peers-minilm-l6-sst2 --out bench/results/bench-threads-minilm-l6-sst2-cpu.json
 flock -x /tmp/cpu.lock $C bench student=runs/demo-student student-onnx=$W/student-onnx student-int8=$W/student-int8 \
-    --teacher runs/demo-teacher --peers $PEERS --threads 1,2 --sentences $SENTENCES \
+    --teacher runs/demo-teacher --peers $PEERS --device cpu --threads 1,2 --sentences $SENTENCES \
     --work-dir $W/peers-demo-teacher --out bench/results/bench-threads-demo-chain-cpu.json
 $C report bench/results/bench-threads-minilm-l6-sst2-cpu.json --out bench/results/bench-threads-minilm-l6-sst2
 $C report bench/results/bench-threads-demo-chain-cpu.json --out bench/results/bench-threads-demo-chain

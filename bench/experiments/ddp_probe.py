@@ -35,7 +35,7 @@ def main():
     profile = "--profile" in sys.argv
     from compressor.core import distributed
     from compressor.core.data import load_split
-    from compressor.distill import distiller
+    from compressor.engine import distiller
 
     world = distributed.world_size()
     if world > 1:

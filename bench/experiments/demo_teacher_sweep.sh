@@ -9,7 +9,7 @@
 set -u
 run() {
   n=$1; s=$2; shift 2
-  ( python3 -m compressor finetune --model "$M" --task sst2 --out "/tmp/v-$n-$s" --max-length 64 \
+  ( python3 -m compressor finetune "$M" --task sst2 --out "/tmp/v-$n-$s" --max-length 64 \
       --eval-every 50 --seed "$s" --device cuda --overwrite "$@" >/dev/null 2>&1
     python3 -c "import json;h=json.load(open('/tmp/v-$n-$s/metrics.json'))['history'];print('$n $s',[round(x['score'],2) for x in h])" ) &
 }

@@ -20,7 +20,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu
 : > "$OUT/commands.txt"
 run() { echo "$*" >> "$OUT/commands.txt"; echo "+ $*"; "$@"; }
 START=$SECONDS
-run python3 -m compressor finetune --model "$WORK/mpnet" --task sst2 --data-dir "$GLUE" \
+run python3 -m compressor finetune "$WORK/mpnet" --task sst2 --data-dir "$GLUE" \
   --out "$WORK/teacher" --epochs 1 --lr 2e-5 --batch-size 32 --max-length 128 --warmup 0.06 \
   --precision bf16 --device "$DEVICE" --overwrite $LIMITS
 # REPEATS=N runs each pair N times, 1 GPU then 2 in turn, so that drift on the host hits both
@@ -29,7 +29,7 @@ for batch in ${BATCHES//,/ }; do
   suffix=$( (( r > 1 )) && echo "-r$r" || true)
   for n in 1 2; do
     if (( SECONDS - START > ${BUDGET_S:-480} )); then echo "time budget spent: skipping b$batch x$n$suffix"; continue; fi
-    run python3 -m compressor distill --teacher "$WORK/teacher" --out "$WORK/student-b$batch-gpu$n$suffix" \
+    run python3 -m compressor distill "$WORK/teacher" --out "$WORK/student-b$batch-gpu$n$suffix" \
       --data-dir "$GLUE" --student kind=layers --student num_layers=6 --student pick=every \
       --loss kd=1 --no-cache --epochs "$EPOCHS" --batch-size "$batch" --lr 1e-4 --warmup 0.06 \
       --max-length 128 --precision bf16 --device "$DEVICE" --overwrite --nproc "$n" $LIMITS

@@ -18,7 +18,7 @@ mkdir -p "$OUT"
 for mode in joint; do
   extra=()
   if [ "$mode" = joint ]; then extra=(--set lr=2e-5 --set epochs=2 --set precision=bf16); fi
-  "$PY" -m compressor early-exit --model "$TEACHER" --out "$OUT/$mode" --data-dir "$GLUE" --overwrite \
+  "$PY" -m compressor early-exit "$TEACHER" --out "$OUT/$mode" --data-dir "$GLUE" --overwrite \
     --set training=$mode --set device=cuda --set batch_size=32 --set rule=entropy \
     --set calibrate.rows=2000 --set calibrate.target=0.99 "${extra[@]}" | tee "$OUT/$mode.log"
 done

@@ -20,5 +20,5 @@ PY
 .venv/bin/python -m bench.experiments.mpnet_glue5_latency --base "${MPNET_BASE:?}" --runs "$W/runs" --task sst2 \
   --data-dir "$GLUE_DIR" --work "$W" --out "$W/latency-sst2-cpu.json" --peers pytorch-fp32
 .venv/bin/compressor bench chain-int8=runs/mpnet-glue5-latency7/sst2/chain-int8 chain64-int8="$W/sst2/chain-int8" \
-  --teacher runs/mpnet-glue5-latency7/sst2/teacher --peers none --threads 1,2 --sentences 200 --batch-sizes 32 \
+  --teacher runs/mpnet-glue5-latency7/sst2/teacher --peers none --device cpu --threads 1,2 --sentences 200 --batch-sizes 32 \
   --no-score --no-memory --task sst2 --data-dir "$GLUE_DIR" --out "$OUT/bench-sst2-cpu.json"

@@ -12,7 +12,7 @@ PY=${PYTHON:-.venv/bin/python}
 export COMPRESSOR_PROGRESS=${COMPRESSOR_PROGRESS:-0}
 mkdir -p "$W" "$OUT"
 COMMON=(--max-length 64 --eval-every 1000000 --seed 42 --device cpu --overwrite)
-[ -f "$W/teacher/metrics.json" ] || $PY -m compressor finetune --model minilm-l6 --task cola --data-dir "$GLUE" \
+[ -f "$W/teacher/metrics.json" ] || $PY -m compressor finetune minilm-l6 --task cola --data-dir "$GLUE" \
   --out "$W/teacher" --epochs 3 --batch-size 32 --lr 5e-5 --warmup 0.06 "${COMMON[@]}"
 STUDENT=(--teacher "$W/teacher" --data-dir "$GLUE" --student kind=config --student num_layers=4
   --student hidden_size=312 --student heads=12 --student ffn_size=1200

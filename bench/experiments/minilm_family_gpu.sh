@@ -38,25 +38,25 @@ T=$WORK/teacher
 
 if [ "$PART" = 1 ]; then
   python3 -m bench.experiments.widen "$SRC" "$WORK/minilm"
-  log python3 -m compressor finetune --model minilm-l6 --task sst2 --out teacher --epochs 3 --lr 5e-5 \
+  log python3 -m compressor finetune minilm-l6 --task sst2 --out teacher --epochs 3 --lr 5e-5 \
     --batch-size 32 --max-length 128 --warmup 0 --weight-decay 0 --eval-every $ONCE --seed 42 --precision $PRECISION
-  python3 -m compressor finetune --model "$WORK/minilm" --task sst2 --data-dir "$GLUE" --out "$T" \
+  python3 -m compressor finetune "$WORK/minilm" --task sst2 --data-dir "$GLUE" --out "$T" \
     --epochs 3 --lr 5e-5 --batch-size 32 --max-length 128 --warmup 0 --weight-decay 0 \
     --eval-every $ONCE --seed 42 --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS \
     > "$OUT/logs/teacher.log" 2>&1
   cp "$T/metrics.json" "$OUT/teacher-metrics.json"
-  bg student python3 -m compressor distill --teacher "$T" --out "$WORK/student" --data-dir "$GLUE" \
+  bg student python3 -m compressor distill "$T" --out "$WORK/student" --data-dir "$GLUE" \
     --student num_layers=3 --student pick=every --loss kd=1 --loss kd.temperature=2 --epochs 3 --lr 1e-4 \
     --batch-size 32 --max-length 128 --warmup 0 --eval-every $ONCE --precision $PRECISION --device "$DEVICE" \
     --overwrite $LIMITS
   for sched in constant linear; do
     extra="--set schedule=constant --set rate=0.5"; [ $sched = linear ] && extra="--set schedule=linear --set b=0.3"
-    bg theseus-$sched python3 -m compressor theseus --model "$T" --out "$WORK/theseus-$sched" --data-dir "$GLUE" \
+    bg theseus-$sched python3 -m compressor theseus "$T" --out "$WORK/theseus-$sched" --data-dir "$GLUE" \
       --set num_layers=3 --set init=last $extra --set replacing_epochs=2 --set finetune_epochs=1 --set lr=1e-4 \
       --set batch_size=32 --set max_length=128 --set eval_every=$ONCE --set device="$DEVICE" \
       --set precision=$PRECISION --overwrite $LIMITS
   done
-  bg share-g2-e128 python3 -m compressor share --model "$T" --out "$WORK/share-g2-e128" --data-dir "$GLUE" \
+  bg share-g2-e128 python3 -m compressor share "$T" --out "$WORK/share-g2-e128" --data-dir "$GLUE" \
     --set share=all --set group=2 --set init=mean --set embedding_rank=128 --set device="$DEVICE" \
     $KD --recover losses.hidden=1 --recover epochs=3 --recover lr=1e-4 $REC --overwrite $LIMITS
   wait
@@ -65,25 +65,25 @@ elif [ "$PART" = 2 ]; then
   python3 -m bench.experiments.widen "$SRC" "$T"
   if [ -f "$WORK/student/model.safetensors" ]; then echo "part 1's student is still here" >> "$OUT/commands.txt"
   else
-    bg student python3 -m compressor distill --teacher "$T" --out "$WORK/student" --data-dir "$GLUE" \
+    bg student python3 -m compressor distill "$T" --out "$WORK/student" --data-dir "$GLUE" \
       --student num_layers=3 --student pick=every --loss kd=1 --loss kd.temperature=2 --epochs 3 --lr 1e-4 \
       --batch-size 32 --max-length 128 --warmup 0 --eval-every $ONCE --precision $PRECISION --device "$DEVICE" \
       --overwrite $LIMITS
   fi
   for rank in 64 128 256; do
-    bg embed-r$rank python3 -m compressor share --model "$T" --out "$WORK/embed-r$rank" --data-dir "$GLUE" \
+    bg embed-r$rank python3 -m compressor share "$T" --out "$WORK/embed-r$rank" --data-dir "$GLUE" \
       --set share=none --set embedding_rank=$rank --set device="$DEVICE" $KD --recover epochs=1 \
       --recover lr=1e-4 $REC --overwrite $LIMITS
   done
-  bg magnitude90 python3 -m compressor prune --model "$T" --out "$WORK/magnitude90" --method magnitude \
+  bg magnitude90 python3 -m compressor prune "$T" --out "$WORK/magnitude90" --method magnitude \
     --data-dir "$GLUE" --set sparsity=0.9 --set schedule=gradual --set scope=global --set device="$DEVICE" \
     $KD --recover epochs=2 --recover lr=1e-4 $REC --overwrite $LIMITS
   for share in 0.25 0.5 0.75; do
-    bg prune-$share python3 -m compressor prune --model "$T" --out "$WORK/prune-$share" --data-dir "$GLUE" \
+    bg prune-$share python3 -m compressor prune "$T" --out "$WORK/prune-$share" --data-dir "$GLUE" \
       --set heads=$share --set ffn=$share --set device="$DEVICE" $KD --recover losses.hidden=1 \
       --recover epochs=1 --recover lr=1e-4 $REC --overwrite $LIMITS
   done
-  bg share-all python3 -m compressor share --model "$T" --out "$WORK/share-all" --data-dir "$GLUE" \
+  bg share-all python3 -m compressor share "$T" --out "$WORK/share-all" --data-dir "$GLUE" \
     --set share=all --set group=0 --set init=mean --set device="$DEVICE" \
     $KD --recover losses.hidden=1 --recover epochs=3 --recover lr=1e-4 $REC --overwrite $LIMITS
   wait
@@ -91,20 +91,20 @@ elif [ "$PART" = 2 ]; then
 else   # PART=3: sharing that keeps 98% at 40% fewer parameters, and two more embedding ranks
   python3 -m bench.experiments.widen "$SRC" "$T"
   for what in ffn attention; do
-    bg share-$what-g2-e128 python3 -m compressor share --model "$T" --out "$WORK/share-$what-g2-e128" \
+    bg share-$what-g2-e128 python3 -m compressor share "$T" --out "$WORK/share-$what-g2-e128" \
       --data-dir "$GLUE" --set share=$what --set group=2 --set init=mean --set embedding_rank=128 \
       --set device="$DEVICE" $KD --recover losses.hidden=1 --recover epochs=3 --recover lr=1e-4 $REC \
       --overwrite $LIMITS
   done
-  bg share-all-g2-a32-e128 python3 -m compressor share --model "$T" --out "$WORK/share-all-g2-a32-e128" \
+  bg share-all-g2-a32-e128 python3 -m compressor share "$T" --out "$WORK/share-all-g2-a32-e128" \
     --data-dir "$GLUE" --set share=all --set group=2 --set init=mean --set adapter_rank=32 \
     --set embedding_rank=128 --set device="$DEVICE" $KD --recover losses.hidden=1 --recover epochs=3 \
     --recover lr=1e-4 $REC --overwrite $LIMITS
-  bg share-all-g2 python3 -m compressor share --model "$T" --out "$WORK/share-all-g2" --data-dir "$GLUE" \
+  bg share-all-g2 python3 -m compressor share "$T" --out "$WORK/share-all-g2" --data-dir "$GLUE" \
     --set share=all --set group=2 --set init=mean --set device="$DEVICE" $KD --recover losses.hidden=1 \
     --recover epochs=3 --recover lr=1e-4 $REC --overwrite $LIMITS
   for rank in 32 80; do
-    bg embed-r$rank python3 -m compressor share --model "$T" --out "$WORK/embed-r$rank" --data-dir "$GLUE" \
+    bg embed-r$rank python3 -m compressor share "$T" --out "$WORK/embed-r$rank" --data-dir "$GLUE" \
       --set share=none --set embedding_rank=$rank --set device="$DEVICE" $KD --recover epochs=1 \
       --recover lr=1e-4 $REC --overwrite $LIMITS
   done

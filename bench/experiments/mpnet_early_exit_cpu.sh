@@ -21,7 +21,7 @@ rec=run; [ $T = cola ] || rec=run-$T
 C=(.venv/bin/compressor)
 mkdir -p "$W" "$OUT"
 run() { echo "$*" | sed "s|$HOME/|~/|g" >> "$OUT/commands.txt"; "$@"; }
-[ -f "$W/$T-holdout/metrics.json" ] || run "${C[@]}" finetune --model "$MPNET" --task $T --data-dir "$GLUE_DIR" \
+[ -f "$W/$T-holdout/metrics.json" ] || run "${C[@]}" finetune "$MPNET" --task $T --data-dir "$GLUE_DIR" \
   --out "$W/$T-holdout" --epochs 1 --batch-size $bs --lr 4e-5 --max-length 128 --warmup 0.06 \
   --eval-every 1000000 --seed 42 --device cpu --holdout $held --overwrite
 [ -f "$W/ee-$T/manifest.json" ] && grep -q early_exit_export "$W/ee-$T/manifest.json" || \
@@ -32,7 +32,7 @@ run() { echo "$*" | sed "s|$HOME/|~/|g" >> "$OUT/commands.txt"; "$@"; }
 [ -f "$W/$T-holdout-int8/quantize.json" ] || run "${C[@]}" quantize "$W/$T-holdout-onnx" --out "$W/$T-holdout-int8" \
   --data-dir "$GLUE_DIR" --overwrite
 run "${C[@]}" bench "teacher-int8=$W/$T-holdout-int8" "early-exit-int8=$W/ee-$T/02-early_exit_export" \
-  --teacher "$W/$T-holdout" --task $T --data-dir "$GLUE_DIR" --peers ort-o2-int8 --threads 1,2 \
+  --teacher "$W/$T-holdout" --task $T --data-dir "$GLUE_DIR" --peers ort-o2-int8 --device cpu --threads 1,2 \
   --sentences 300 --batch-sizes none --no-memory --work-dir "$W/peers-$T" --out "$OUT/bench-$T-cpu.json"
 # the records (no weights): the teacher's, the recipe run's manifest, report and stage records
 cp "$W/$T-holdout/metrics.json" "$OUT/teacher-$T-holdout-metrics.json"

@@ -87,7 +87,7 @@ fine_tune() {  # task [holdout]: teacher()'s work, under its lock
   fi
   [ -f "$WORK/$name/metrics.json" ] && return 0
   set -- $(teacher_spec $task)
-  T=(python3 -m compressor finetune --model "$WORK/mpnet" --task $task --data-dir "$GLUE" --out "$WORK/$name"
+  T=(python3 -m compressor finetune "$WORK/mpnet" --task $task --data-dir "$GLUE" --out "$WORK/$name"
     --epochs "$1" --batch-size "$2" --lr 2e-5 --max-length 128 --warmup 0.06 --eval-every $ONCE --seed 42
     --precision $PRECISION --device "$DEVICE" --overwrite "${held[@]}" $LIMITS)
   log "${T[@]}"
@@ -96,7 +96,7 @@ fine_tune() {  # task [holdout]: teacher()'s work, under its lock
 }
 student() {  # task variant(kd|pkd): a 6-layer student of every other teacher layer, in the foreground
   local task=$1 variant=$2; set -- $(spec $task)
-  S=(python3 -m compressor distill --out "$WORK/$task-6L-$variant" --teacher "$WORK/$task" --data-dir "$GLUE"
+  S=(python3 -m compressor distill "$WORK/$task" --out "$WORK/$task-6L-$variant" --data-dir "$GLUE"
     --student num_layers=6 --student pick=every --loss kd=1 --loss kd.temperature=2 --epochs "$1"
     --batch-size "$2" --lr 5e-5 --warmup 0.06 --max-length 128 --eval-every $ONCE
     --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
@@ -108,13 +108,13 @@ student() {  # task variant(kd|pkd): a 6-layer student of every other teacher la
 }
 chain() {  # task source: heads+FFN halved with kd recovery from the teacher, vocabulary, INT8
   local task=$1 src=$2; set -- $(spec $task)
-  P1=(python3 -m compressor prune --model "$WORK/$src" --out "$WORK/$task-chain-hf"
+  P1=(python3 -m compressor prune "$WORK/$src" --out "$WORK/$task-chain-hf"
     --data-dir "$GLUE" --set heads=0.5 --set ffn=0.5 --set iterations=1 --set device="$DEVICE"
     --set teacher="$WORK/$task" --recover mode=distill --recover losses.kd=1
     --recover losses.kd.temperature=2 --recover epochs="$1"
     --recover batch_size="$2" --recover lr=5e-5 --recover eval_every=$ONCE
     --recover precision=$PRECISION --recover device="$DEVICE" --overwrite $LIMITS)
-  P2=(python3 -m compressor prune --model "$WORK/$task-chain-hf" --out "$WORK/$task-chain"
+  P2=(python3 -m compressor prune "$WORK/$task-chain-hf" --out "$WORK/$task-chain"
     --data-dir "$GLUE" --method vocab --recover mode=none --overwrite $LIMITS)
   log "${P1[@]}"; log "${P2[@]}"
   { done_ $task-chain-hf || "${P1[@]}" > "$OUT/logs/$task-chain-hf.log" 2>&1; } \
@@ -125,7 +125,7 @@ chain() {  # task source: heads+FFN halved with kd recovery from the teacher, vo
 }
 theseus() {  # task: BERT-of-Theseus 12 -> 6 from the teacher, constant rate 0.5
   local task=$1; set -- $(spec $task)
-  TH=(python3 -m compressor theseus --model "$WORK/$task" --out "$WORK/$task-theseus" --data-dir "$GLUE"
+  TH=(python3 -m compressor theseus "$WORK/$task" --out "$WORK/$task-theseus" --data-dir "$GLUE"
     --set num_layers=6 --set init=last --set schedule=constant --set rate=0.5
     --set replacing_epochs="$1" --set finetune_epochs=2 --set lr=5e-5 --set batch_size="$2"
     --set max_length=128 --set eval_every=$ONCE --set device="$DEVICE" --set precision=$PRECISION
@@ -189,7 +189,7 @@ bench_cpu() {  # task: the server CPU, all cores then 1 thread; the peers made f
   done_ $task-chain-int8 quantize.json || { echo "bench-$task-cpu: no chain INT8 yet, skipped"; return 0; }
   B=(python3 -m compressor bench $(variants $task ${CPU_VARIANTS:-teacher-int8 chain-int8}) --teacher "$WORK/$task"
     --task $task --data-dir "$GLUE" --peers "${PEERS:-pytorch-int8,ort-o2-int8,inc-int8}"
-    --preset avx512_vnni --threads "$(nproc),1" --sentences ${SENTENCES:-100} --batch-sizes 32 --no-memory
+    --preset avx512_vnni --device cpu --threads "$(nproc),1" --sentences ${SENTENCES:-100} --batch-sizes 32 --no-memory
     --work-dir "$WORK/peers-$task" --out "$OUT/bench-$task-cpu.json")
   log "${B[@]}"
   "${B[@]}" > "$OUT/logs/bench-$task-cpu.log" 2>&1 && return 0
@@ -215,7 +215,7 @@ ee_bench() {  # task: the early-exit-holdout seed run on the server CPU, batch 1
   int8 $task-holdout || { failed $task-holdout-int8; return 1; }
   B=(python3 -m compressor bench "teacher-int8=$WORK/$task-holdout-int8" "early-exit-int8=$run/02-early_exit_export"
     --teacher "$WORK/$task-holdout" --task $task --data-dir "$GLUE" --peers ort-o2-int8 --preset avx512_vnni
-    --threads "$(nproc),1" --sentences ${SENTENCES:-300} --batch-sizes none --no-memory
+    --device cpu --threads "$(nproc),1" --sentences ${SENTENCES:-300} --batch-sizes none --no-memory
     --work-dir "$WORK/peers-$task-holdout" --out "$OUT/bench-$task-ee-cpu.json")
   log "${B[@]}"
   "${B[@]}" > "$OUT/logs/bench-$task-ee-cpu.log" 2>&1 || failed bench-$task-ee-cpu

@@ -55,15 +55,15 @@ def main() -> None:
     shape = {"heads": pruning["heads_after"], "ffn": pruning["ffn_after"]}
     d = lambda name: os.path.join(work, name)   # noqa: E731
 
-    sh("finetune", "--model", args.base, "--task", task, "--data-dir", glue, "--out", d("teacher"),
+    sh("finetune", args.base, "--task", task, "--data-dir", glue, "--out", d("teacher"),
        "--max-steps", "1", "--train-limit", "32", "--dev-limit", "8", "--device", "cpu", "--overwrite")
-    sh("prune", "--model", d("teacher"), "--out", d("student6"), "--data-dir", glue, "--method", "layers",
+    sh("prune", d("teacher"), "--out", d("student6"), "--data-dir", glue, "--method", "layers",
        "--set", "rule=every_other", "--recover", "mode=none", "--dev-limit", "8", "--overwrite")
     from bench.experiments.prune_latency import build_pruned
 
     kept = build_pruned(d("student6"), shape, d("chain-hf"))
     print(f"chain shape: heads {kept['heads']}, ffn {kept['ffn']}", flush=True)
-    sh("prune", "--model", d("chain-hf"), "--out", d("chain"), "--data-dir", glue, "--method", "vocab",
+    sh("prune", d("chain-hf"), "--out", d("chain"), "--data-dir", glue, "--method", "vocab",
        "--recover", "mode=none", "--dev-limit", "8", "--overwrite")
     with open(os.path.join(d("chain"), "metrics.json")) as f:
         vocab = json.load(f)["pruning"]
@@ -81,7 +81,7 @@ def main() -> None:
            "--preset", "avx512_vnni", "--dev-limit", "8", "--overwrite")
         models.append(d(f"{name}-int8"))
     sh("bench", *models, "--teacher", d("teacher"), "--peers", args.peers, "--preset", "avx512_vnni",
-       "--threads", args.threads, "--sentences", str(args.sentences), "--batch-sizes", "none",
+       "--device", "cpu", "--threads", args.threads, "--sentences", str(args.sentences), "--batch-sizes", "none",
        "--no-score", "--no-memory", "--task", task, "--data-dir", glue, "--out", args.out,
        "--work-dir", d("peers"))
     with open(args.out) as f:

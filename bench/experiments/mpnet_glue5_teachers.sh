@@ -20,7 +20,7 @@ python3 -m bench.experiments.widen "$SRC" "$WORK/mpnet"
 source "$(dirname "$0")/glue5_tasks.sh"
 for task in sst2 cola mrpc stsb rte; do
   set -- $task $(teacher_spec $task)   # task epochs batch
-  CMD=(python3 -m compressor finetune --model "$WORK/mpnet" --task "$1" --data-dir "$GLUE" --out "$WORK/$1"
+  CMD=(python3 -m compressor finetune "$WORK/mpnet" --task "$1" --data-dir "$GLUE" --out "$WORK/$1"
     --epochs "$2" --batch-size "$3" --lr 2e-5 --max-length 128 --warmup 0.06 --eval-every $ONCE --seed 42
     --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
   echo "${CMD[*]}" | sed "s|$HOME/|~/|g" >> "$OUT/commands.txt"

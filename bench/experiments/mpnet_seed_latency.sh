@@ -28,12 +28,12 @@ C=(${COMPRESSOR:-.venv/bin/compressor})
 mkdir -p "$W" "$OUT"
 run() { echo "$*" | sed "s|$HOME/|~/|g" >> "$OUT/commands.txt"; "$@"; }
 one=(--max-steps 25 --train-limit 800 --dev-limit 8 --device cpu --overwrite)
-[ -f "$W/teacher/metrics.json" ] || run "${C[@]}" finetune --model "$MPNET_BASE" --task $T --data-dir "$GLUE_DIR" \
+[ -f "$W/teacher/metrics.json" ] || run "${C[@]}" finetune "$MPNET_BASE" --task $T --data-dir "$GLUE_DIR" \
   --out "$W/teacher" "${one[@]}"
 student() {  # name student settings...
   local name=$1; shift
   local args=(); for s in "$@"; do args+=(--student "$s"); done
-  [ -f "$W/$name/metrics.json" ] || run "${C[@]}" distill --teacher "$W/teacher" --out "$W/$name" \
+  [ -f "$W/$name/metrics.json" ] || run "${C[@]}" distill "$W/teacher" --out "$W/$name" \
     --data-dir "$GLUE_DIR" "${args[@]}" "${one[@]}"
 }
 student student6 kind=layers num_layers=6 pick=every
@@ -41,7 +41,7 @@ student tinybert4 kind=config num_layers=4 hidden_size=312 heads=12 ffn_size=120
 student minilm6 kind=config num_layers=6 hidden_size=384 heads=12 ffn_size=1536
 student mobilebert12 kind=config num_layers=12 hidden_size=384 heads=12 ffn_size=1536
 student pd-minilm kind=pretrained model=minilm-l6
-[ -f "$W/albert/metrics.json" ] || run "${C[@]}" share --model "$W/teacher" --out "$W/albert" --data-dir "$GLUE_DIR" \
+[ -f "$W/albert/metrics.json" ] || run "${C[@]}" share "$W/teacher" --out "$W/albert" --data-dir "$GLUE_DIR" \
   --set share=all --set group=2 --set init=mean --set embedding_rank=128 --recover mode=finetune --recover epochs=1 \
   --train-limit 800 --dev-limit 8 --overwrite
 RUNS=${RUNS:-bench/results/mpnet-glue5/pipeline7}
@@ -51,7 +51,7 @@ from bench.experiments.prune_latency import build_pruned
 pruning = json.load(open(sys.argv[2]))["pruning"]
 print(build_pruned(sys.argv[1], {"heads": pruning["heads_after"], "ffn": pruning["ffn_after"]}, sys.argv[3]))
 PY
-[ -f "$W/chain/metrics.json" ] || run "${C[@]}" prune --model "$W/chain-hf" --out "$W/chain" --data-dir "$GLUE_DIR" \
+[ -f "$W/chain/metrics.json" ] || run "${C[@]}" prune "$W/chain-hf" --out "$W/chain" --data-dir "$GLUE_DIR" \
   --method vocab --recover mode=none --dev-limit 8 --overwrite
 variants=()
 for name in teacher student6 tinybert4 minilm6 mobilebert12 pd-minilm albert chain; do
@@ -63,6 +63,6 @@ for name in teacher student6 tinybert4 minilm6 mobilebert12 pd-minilm albert cha
 done
 [ "${BUILD_ONLY:-0}" = 1 ] && { echo "built: ${variants[*]}"; exit 0; }   # time later, on a quiet CPU
 run "${C[@]}" bench "${variants[@]}" --teacher "$W/teacher" --task $T --data-dir "$GLUE_DIR" \
-  --peers pytorch-fp32,ort-o2-int8 --preset ${PRESET:-auto} --threads 1,2 --sentences 100 --batch-sizes none \
+  --peers pytorch-fp32,ort-o2-int8 --preset ${PRESET:-auto} --device cpu --threads 1,2 --sentences 100 --batch-sizes none \
   --no-score --no-memory --work-dir "$W/peers" --out "$OUT/bench-$T-cpu.json"
 echo "results: $OUT/bench-$T-cpu.json"

@@ -19,14 +19,14 @@ mkdir -p "$WORK" "$OUT/logs"
 : > "$OUT/commands.txt"
 log() { echo "$*" | sed "s|$HOME/|~/|g" >> "$OUT/commands.txt"; }
 python3 -m bench.experiments.widen "$SRC" "$WORK/mpnet"
-CMD=(python3 -m compressor finetune --model "$WORK/mpnet" --task sst2 --data-dir "$GLUE" --out "$WORK/teacher"
+CMD=(python3 -m compressor finetune "$WORK/mpnet" --task sst2 --data-dir "$GLUE" --out "$WORK/teacher"
   --epochs 1 --lr 2e-5 --batch-size 32 --max-length 128 --warmup 0.06 --eval-every $ONCE --seed 42
   --precision $PRECISION --device "$DEVICE" --overwrite $LIMITS)
 log "${CMD[@]}"; "${CMD[@]}" > "$OUT/logs/teacher.log" 2>&1
 cp "$WORK/teacher/metrics.json" "$OUT/mpnet-teacher-metrics.json"
 for sched in constant linear; do
   extra=(--set schedule=constant --set rate=0.5); [ $sched = linear ] && extra=(--set schedule=linear --set b=0.3)
-  CMD=(python3 -m compressor theseus --model "$WORK/teacher" --out "$WORK/theseus-$sched" --data-dir "$GLUE"
+  CMD=(python3 -m compressor theseus "$WORK/teacher" --out "$WORK/theseus-$sched" --data-dir "$GLUE"
     --set num_layers=${LAYERS:-6} --set init=last "${extra[@]}" --set replacing_epochs=2 --set finetune_epochs=1
     --set lr=5e-5 --set batch_size=32 --set max_length=128 --set eval_every=$ONCE --set device="$DEVICE"
     --set precision=$PRECISION --overwrite $LIMITS)

@@ -7,7 +7,7 @@
 set -euo pipefail
 TEACHER=$1; WORK=$2; OUT=$3
 PY=${PY:-.venv/bin/python}
-CMD="$PY -m compressor prune --model $TEACHER --out $WORK --method magnitude --data-dir embedded \
+CMD="$PY -m compressor prune $TEACHER --out $WORK --method magnitude --data-dir embedded \
   --set sparsity=0.9 --set schedule=gradual --set scope=global --set max_length=64 \
   --recover mode=distill --recover losses.kd=1 --recover losses.kd.temperature=2 --recover epochs=1 \
   --recover lr=1e-4 --recover batch_size=32 --recover max_length=64 --recover warmup=0 \

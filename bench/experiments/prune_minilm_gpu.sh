@@ -15,11 +15,11 @@ mkdir -p "$WORK" "$OUT"
 python3 -m bench.experiments.widen "$SRC" "$WORK/minilm"
 : > "$OUT/commands.txt"
 run() { echo "$*" | sed "s|$HOME/|~/|g" >> "$OUT/commands.txt"; echo "+ $*"; "$@"; }
-run python3 -m compressor finetune --model "$WORK/minilm" --task sst2 --data-dir "$GLUE" \
+run python3 -m compressor finetune "$WORK/minilm" --task sst2 --data-dir "$GLUE" \
   --out "$WORK/teacher" --epochs 3 --lr 5e-5 --batch-size 32 --max-length 128 --warmup 0 \
   --weight-decay 0 --eval-every 500 --seed 42 --precision bf16 --device "$DEVICE" --overwrite $LIMITS
 cp "$WORK/teacher/metrics.json" "$OUT/teacher-metrics.json"
-run python3 -m compressor prune --model "$WORK/teacher" --out "$WORK/pruned" --data-dir "$GLUE" \
+run python3 -m compressor prune "$WORK/teacher" --out "$WORK/pruned" --data-dir "$GLUE" \
   --set heads=0.5 --set ffn=0.5 --set iterations=2 --set device="$DEVICE" \
   --recover mode=distill --recover losses.kd=1 --recover losses.kd.temperature=2 \
   --recover losses.hidden=1 --recover epochs=2 --recover lr=1e-4 --recover eval_every=500 \

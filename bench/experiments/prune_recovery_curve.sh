@@ -9,7 +9,7 @@ set -euo pipefail
 STUDENT=$1; WORK=$2; OUT=$3
 PY=${PY:-.venv/bin/python}
 for share in 0.25 0.5 0.75; do
-  COMPRESSOR_PROGRESS=0 $PY -m compressor prune --model "$STUDENT" --out "$WORK/$share" --data-dir embedded \
+  COMPRESSOR_PROGRESS=0 $PY -m compressor prune "$STUDENT" --out "$WORK/$share" --data-dir embedded \
     --set heads=$share --set ffn=$share --set importance_rows=256 --set max_length=64 \
     --recover mode=distill --recover losses.kd=1 --recover losses.kd.temperature=2 \
     --recover epochs=0.5 --recover lr=1e-4 --recover batch_size=32 --recover max_length=64 \

@@ -10,12 +10,12 @@ TEACHER=$1; GLUE=$2; WORK=$3; OUT=$4; BASE=${5:-}
 export COMPRESSOR_PROGRESS=0 TRANSFORMERS_VERBOSITY=error
 PY=${PY:-.venv/bin/python}
 mkdir -p "$WORK"
-$PY -m compressor prune --model "${BASE:-$TEACHER}" --out "$WORK/vocab" --method vocab --data-dir "$GLUE" --overwrite
+$PY -m compressor prune "${BASE:-$TEACHER}" --out "$WORK/vocab" --method vocab --data-dir "$GLUE" --overwrite
 for m in teacher ${BASE:+base} vocab; do
   case $m in teacher) src=$TEACHER;; base) src=$BASE;; vocab) src=$WORK/vocab;; esac
   $PY -m compressor export "$src" --out "$WORK/$m-onnx" --data-dir "$GLUE" --overwrite
   $PY -m compressor quantize "$WORK/$m-onnx" --out "$WORK/$m-int8" --method dynamic --preset auto --data-dir "$GLUE" --overwrite
-  $PY -m compressor eval "$WORK/$m-int8" --data-dir "$GLUE" --out "$WORK/$m-int8-eval.json"
+  $PY -m compressor eval "$WORK/$m-int8" --data-dir "$GLUE" --out "$WORK/$m-int8-eval"
 done
 $PY -m bench.experiments.prune_vocab_summary "$TEACHER" "$WORK" "$OUT" \
   "bash bench/experiments/prune_vocab.sh $TEACHER \$GLUE_DIR $WORK $OUT${BASE:+ $BASE}"

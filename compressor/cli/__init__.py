@@ -2,13 +2,129 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import typing
+import warnings
 
 import click
 
 from compressor.core.errors import CompressorError, terminate_cleanly
+
+# Dependency noise a user cannot act on, silenced before anything imports torch (and only this):
+# torch's pytree deprecations that transformers/torchao trigger (FutureWarning); torchao's
+# "Failed to load ..._C_mxfp8...so" lines go through its logger, set to ERROR in compressor/__init__.
+_PYTREE_WARNINGS = ("`torch.utils._pytree._register_pytree_node` is deprecated",
+                    "`treespec.children_specs` is deprecated", "`isinstance(treespec, LeafSpec)` is deprecated")
+for _message in _PYTREE_WARNINGS:
+    warnings.filterwarnings("ignore", message=__import__("re").escape(_message), category=FutureWarning)
+
+
+def _quiet_children() -> None:
+    """The same filters for the processes a command starts (bench variants, torchrun ranks)."""
+    # PYTHONWARNINGS is a comma list whose message field matches the start of a message
+    extra = ",".join(f"ignore:{m.split(',')[0]}:FutureWarning" for m in _PYTREE_WARNINGS)
+    current = os.environ.get("PYTHONWARNINGS")
+    if extra not in (current or ""):
+        os.environ["PYTHONWARNINGS"] = f"{current},{extra}" if current else extra
+
+
+def example(*lines: str) -> str:
+    """A command's ``--help`` epilog: one or more example command lines, kept as written."""
+    return "\b\nExample:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def model_argument(alias: str = "--model", name: str = "model"):
+    """MODEL, the command's first positional argument (a checkpoint folder, alias or hub id);
+    ``alias`` (the option older scripts pass) stays, hidden, with a one-line deprecation note."""
+    dest = f"deprecated_{name}"
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            given, old = kwargs.pop(name), kwargs.pop(dest)
+            ctx = click.get_current_context()
+            if old is not None:
+                if given is not None and given != old:
+                    raise click.UsageError(f"give the model once: MODEL or {alias}, not both", ctx=ctx)
+                click.echo(f"note: {alias} is deprecated: give the model first "
+                           f"({ctx.command_path} MODEL ...)", err=True)
+                given = old
+            if given is None:
+                raise click.UsageError("Missing argument 'MODEL'.", ctx=ctx)
+            kwargs[name] = given
+            return fn(*args, **kwargs)
+
+        call = click.option(alias, dest, hidden=True, default=None,
+                            help="Deprecated: give the model as the first argument (MODEL).")(call)
+        return click.argument(name, required=False, metavar="MODEL")(call)
+    return wrap
+
+
+class ThreadCounts(click.ParamType):
+    """``--threads``, one type everywhere: CPU thread counts (intra-op threads of PyTorch and
+    onnxruntime) as a comma list, ``1,2,4``; a command that takes one count takes a list of one."""
+
+    name = "N[,N...]"
+
+    def __init__(self, several: bool = True):
+        self.several = several
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        try:
+            counts = [int(v) for v in str(value).split(",") if v.strip()]
+        except ValueError:
+            self.fail(f"expected comma-separated thread counts, e.g. 1,2,4; got {value!r}", param, ctx)
+        if not counts or min(counts) < 1:
+            self.fail(f"thread counts are whole numbers from 1, got {value!r}", param, ctx)
+        if not self.several and len(counts) > 1:
+            self.fail(f"this command takes one thread count, got {value!r}", param, ctx)
+        return counts
+
+
+def threads_option(help: str, several: bool = True, default=None):
+    """``--threads``: the same type and meaning in every command (see :class:`ThreadCounts`)."""
+    return click.option("--threads", type=ThreadCounts(several), default=default,
+                        show_default=default is not None, help=help)
+
+
+def out_file(out, name: str):
+    """``--out`` is a folder and ``name`` the file the command writes inside it; a path ending
+    in .json (the old form, a file) still works, with a note."""
+    if out is None:
+        return None
+    if out.endswith(".json") and not os.path.isdir(out):
+        click.echo(f"note: --out takes a folder now ({name} is written inside it); "
+                   f"writing {out} as before", err=True)
+        return out
+    os.makedirs(out, exist_ok=True)
+    return os.path.join(out, name)
+
+
+device_option = click.option(
+    "--device", default="auto", show_default=True,
+    help="cpu, cuda, cuda:N or auto (CUDA when present).")
+
+
+TRAIN_HELP = {
+    "epochs": "Passes over the training rows (fractions allowed).",
+    "lr": "Peak learning rate (AdamW, linear warmup then decay).",
+    "batch_size": "Training batch size (the global one with --nproc).",
+    "max_length": "Longest input in tokens; longer ones are cut.",
+    "seed": "Random seed (initialisation, shuffling, sampled rows).",
+    "warmup": "Share of the steps spent warming up the learning rate, in [0, 1).",
+    "weight_decay": "AdamW weight decay.",
+    "grad_accum": "Batches whose gradients add up before each optimiser step.",
+    "max_grad_norm": "Clip the gradient norm to this (0: no clipping).",
+    "eval_every": "Optimiser steps between dev evaluations (0: once per epoch).",
+    "max_steps": "Stop after this many optimiser steps (0: no limit).",
+    "device": "cpu, cuda, cuda:N or auto (CUDA when present).",
+    "precision": "fp32, bf16 or fp16 (mixed precision; fp16 needs CUDA).",
+    "report_to": "Log training to a tracker: none, tensorboard, mlflow or wandb.",
+}
 
 
 def _train_options(fn):
@@ -18,7 +134,8 @@ def _train_options(fn):
     hints = typing.get_type_hints(TrainConfig)
     for f in reversed(dataclasses.fields(TrainConfig)):
         flag = "--" + f.name.replace("_", "-")
-        fn = click.option(flag, f.name, type=hints[f.name], default=f.default, show_default=True)(fn)
+        fn = click.option(flag, f.name, type=hints[f.name], default=f.default, show_default=True,
+                          help=TRAIN_HELP.get(f.name, f.name.replace("_", " ").capitalize() + "."))(fn)
     return fn
 
 
@@ -56,7 +173,20 @@ data_dir_option = click.option(
     help="Folder in GLUE's layout (SST-2/train.tsv ...), or 'embedded' for the packaged SST-2 slice.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class CompressorGroup(click.Group):
+    """The ``compressor`` group: called as click's standalone ``cli()`` (a test's CliRunner, a
+    script), it reports errors as :func:`main` does: one ``error: ...`` line, never click's
+    ``Error:`` block."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        main(args)
+
+
+@click.group(cls=CompressorGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=example("compressor finetune minilm-l6 --task sst2 --out runs/teacher",
+                            "compressor COMMAND --help"))
 @click.version_option(package_name="compressor")
 def cli():
     """Compress transformer encoders: fine-tune, distil, prune, quantise, export, benchmark."""
@@ -85,8 +215,11 @@ def own_files_options(*splits: str):
     return wrap
 
 
-@cli.command()
-@click.option("--model", required=True, help="Checkpoint folder, alias (minilm-l6) or hub id.")
+
+@cli.command(epilog=example("compressor finetune minilm-l6 --task sst2 --out runs/teacher",
+                            "compressor finetune minilm-l6 --train-file train.csv --dev-file dev.csv "
+                            "--text-column review --label-column sentiment --out runs/reviews"))
+@model_argument()
 @click.option("--task", default=None,
               help="GLUE task: sst2, mrpc, rte, cola, stsb, wnli, ... (with --train-file: a name for yours).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Checkpoint folder to write.")
@@ -96,7 +229,7 @@ def own_files_options(*splits: str):
 @click.option("--dev-file", default=None, type=click.Path(dir_okay=False),
               help="Your own labelled dev file (scored during training).")
 @text_column_option
-@click.option("--label-column", default="label", show_default=True)
+@click.option("--label-column", default="label", show_default=True, help="Label column of your own files.")
 @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
 @click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
 @click.option("--holdout", type=int, default=0, show_default=True,
@@ -108,7 +241,8 @@ def own_files_options(*splits: str):
 @_train_options
 def finetune(model, task, out, data_dir, train_file, dev_file, text_columns, label_column,
              train_limit, dev_limit, holdout, overwrite, nproc, **kwargs):
-    """Fine-tune a model on a GLUE task or your own files; writes the checkpoint and metrics.json."""
+    """Fine-tune MODEL (a checkpoint folder, alias such as minilm-l6, or hub id) on a GLUE task or
+    your own files; writes the checkpoint and metrics.json to the --out folder."""
     from compressor.engine.train import finetune as run
 
     if _relaunched(nproc, kwargs["device"]):
@@ -122,17 +256,19 @@ def finetune(model, task, out, data_dir, train_file, dev_file, text_columns, lab
     click.echo(f"checkpoint: {os.path.abspath(out)}")
 
 
-@cli.command("eval")
+@cli.command("eval", epilog=example("compressor eval runs/teacher --split dev --out runs/teacher-eval"))
 @click.argument("model")
 @click.option("--task", default=None, help="Defaults to the task the checkpoint was trained on.")
-@click.option("--split", default="dev", show_default=True)
+@click.option("--split", default="dev", show_default=True, help="The split to score, e.g. dev or train.")
 @data_dir_option
 @click.option("--limit", type=int, default=None, help="Score only the first N rows.")
-@click.option("--batch-size", type=int, default=64, show_default=True)
-@click.option("--max-length", type=int, default=None)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="JSON file for the record [default: MODEL/eval-TASK-SPLIT.json when MODEL is a folder].")
+@click.option("--batch-size", type=int, default=64, show_default=True, help="Rows per forward pass.")
+@click.option("--max-length", type=int, default=None,
+              help="Longest input in tokens [default: the length the model was trained with].")
+@device_option
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Folder for the record, OUT/eval.json [default: MODEL/eval-TASK-SPLIT.json when "
+                   "MODEL is a folder].")
 @click.option("--input", "input_", default=None, type=click.Path(dir_okay=False),
               help="Score on your own labelled TSV/CSV/JSONL file instead of the split (a GLUE task's, "
                    "or for a model trained on your files, the file it records).")
@@ -145,6 +281,7 @@ def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, o
     from compressor.core.models import read_meta, resolve_model
     from compressor.engine.scoring import evaluate
 
+    out = out_file(out, "eval.json")
     if out is None:
         path = resolve_model(model)
         name = task or (read_meta(path).get("task") if os.path.isdir(path) else None)
@@ -158,22 +295,38 @@ def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, o
         click.echo(f"written: {os.path.abspath(out)}")
 
 
-@cli.command()
+@cli.command(epilog=example("compressor predict runs/teacher --input SST-2/test.tsv --out runs/predictions",
+                            "compressor predict runs/teacher-onnx --onnx --input reviews.csv "
+                            "--text-column review --out runs/predictions"))
 @click.argument("model")
-@click.option("--input", "input_", required=True, type=click.Path(dir_okay=False))
-@click.option("--output", required=True, type=click.Path(dir_okay=False))
+@click.option("--input", "input_", required=True, type=click.Path(dir_okay=False),
+              help="The rows to label: a GLUE test split or your own TSV/CSV/JSONL file.")
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="Folder to write OUT/predictions.tsv in.")
+@click.option("--output", default=None, type=click.Path(dir_okay=False), hidden=True,
+              help="Deprecated: the predictions file itself; use --out FOLDER.")
 @click.option("--task", default=None, help="Defaults to the task the checkpoint was trained on.")
 @text_column_option
-@click.option("--batch-size", type=int, default=64, show_default=True)
-@click.option("--max-length", type=int, default=None)
-@click.option("--device", default="auto", show_default=True)
+@click.option("--batch-size", type=int, default=64, show_default=True, help="Rows per forward pass.")
+@click.option("--max-length", type=int, default=None,
+              help="Longest input in tokens [default: the length the model was trained with].")
+@device_option
 @click.option("--onnx", is_flag=True,
               help="MODEL is an ONNX export folder (compressor export): run it with onnxruntime, no torch.")
 @click.option("--probabilities", is_flag=True,
               help="Also write each class's probability (columns p_LABEL), after the predicted label.")
-def predict(model, input_, output, task, text_columns, batch_size, max_length, device, onnx, probabilities):
+def predict(model, input_, out, output, task, text_columns, batch_size, max_length, device, onnx, probabilities):
     """Label every row of a file (a GLUE test split, or your own TSV/CSV/JSONL) with the task's
     label names (SST-2: negative/positive); a row with no text gets an empty prediction."""
+    if output is not None:   # the old form, a file: hidden, still taken
+        if out is not None:
+            raise click.UsageError("give --out FOLDER (or the deprecated --output FILE), not both",
+                                   ctx=click.get_current_context())
+    elif out is None:
+        raise click.UsageError("Missing option '--out'.", ctx=click.get_current_context())
+    else:
+        os.makedirs(out, exist_ok=True)
+        output = os.path.join(out, "predictions.tsv")
     if onnx:
         from compressor.export.onnx import predict_file
 
@@ -190,11 +343,12 @@ def predict(model, input_, output, task, text_columns, batch_size, max_length, d
         click.echo(f"{len(empty)} row(s) with no text left unlabelled (empty prediction), index {shown}")
 
 
-@cli.command()
+@cli.command(epilog=example("compressor run recipes/teacher-sst2.yaml --out runs/sst2"))
 @click.argument("recipe", type=click.Path(dir_okay=False))
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Run folder (resumable).")
 @data_dir_option
-@click.option("--device", default=None, help="Overrides the recipe's device.")
+@click.option("--device", default=None,
+              help="cpu, cuda, cuda:N or auto; overrides the recipe's device [default: the recipe's, auto].")
 @click.option("--task", default=None, help="Overrides the recipe's task (one recipe, every GLUE task).")
 @click.option("--teacher", default=None,
               help="Overrides the recipe's teacher with a task checkpoint (no fine-tuning).")
@@ -205,11 +359,13 @@ def run(recipe, out, data_dir, device, task, teacher, nproc):
         _run_and_print(recipe, out, data_dir, device, task=task, teacher=teacher)
 
 
-@cli.command()
-@click.option("--out", default="runs/demo", show_default=True, type=click.Path(file_okay=False))
+@cli.command(epilog=example("compressor demo --out runs/demo"))
+@click.option("--out", default="runs/demo", show_default=True, type=click.Path(file_okay=False),
+              help="Run folder (resumable).")
 @click.option("--data-dir", default="embedded", show_default=True,
               help="Where the SST-2 data comes from; the default is the slice inside the package.")
-@click.option("--device", default=None)
+@click.option("--device", default=None,
+              help="cpu, cuda, cuda:N or auto; overrides the recipe's device [default: the recipe's, auto].")
 def demo(out, data_dir, device):
     """Run the default recipe on MiniLM-L6 and a small SST-2 slice."""
     from compressor.recipe.demo import demo_recipe_path
@@ -228,12 +384,12 @@ def _run_and_print(recipe, out, data_dir, device, task=None, teacher=None):
     click.echo(f"report: {manifest['report']}")
 
 
-@cli.group()
+@cli.group(epilog=example("compressor recipe validate recipes/teacher-sst2.yaml", "compressor recipe stages"))
 def recipe():
     """Check recipes and list the stages they can use."""
 
 
-@recipe.command("validate")
+@recipe.command("validate", epilog=example("compressor recipe validate recipes/teacher-sst2.yaml"))
 @click.argument("path", type=click.Path(dir_okay=False))
 def recipe_validate(path):
     """Report every problem in a recipe, each with its line."""
@@ -249,7 +405,7 @@ def recipe_validate(path):
     click.echo(f"{path}: ok")
 
 
-@recipe.command("stages")
+@recipe.command("stages", epilog=example("compressor recipe stages"))
 def recipe_stages():
     """List the registered stages and their settings."""
     from compressor.recipe import all_stages
@@ -261,7 +417,7 @@ def recipe_stages():
             click.echo(f"{'':<12} {line}")
 
 
-@cli.command()
+@cli.command(epilog=example("compressor tasks"))
 def tasks():
     """List the tasks, their metrics and labels."""
     from compressor.core.data import TASKS
@@ -309,6 +465,7 @@ def main(argv=None):
     """Entry point: a user's mistake is one line on stderr and exit status 1, never a traceback."""
     # transformers' advice ("You should probably TRAIN this model...") is noise at a command line
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    _quiet_children()
     try:
         with terminate_cleanly():
             _main(argv)

@@ -13,11 +13,22 @@ def _names(value):
     return [v.strip() for v in str(value).split(",") if v.strip() and v.strip() != "none"]
 
 
+def _results_in(path: str) -> str:
+    """A ``compressor bench --out`` folder stands for the results file in it."""
+    import os
+
+    inside = os.path.join(path, "bench.json")
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "manifest.json")) and os.path.isfile(inside):
+        return inside
+    return path
+
+
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
-    from compressor.cli import own_files_options
+    from compressor.cli import example, out_file, own_files_options, threads_option
 
-    @cli.command("bench")
+    @cli.command("bench", epilog=example("compressor bench runs/student-int8 --teacher runs/teacher --threads 1,4 "
+                                         "--out runs/bench"))
     @click.argument("models", nargs=-1)
     @click.option("--teacher", default=None, help="The teacher checkpoint: benchmarked, and the peers are made from it.")
     @click.option("--peers", default="pytorch-fp32,pytorch-int8,ort-fp32,ort-o2,ort-o2-int8", show_default=True,
@@ -29,8 +40,11 @@ def register(cli):
     @click.option("--engines", default="pytorch", show_default=True,
                   help="PyTorch engines for checkpoints: pytorch, pytorch-compile (export folders run on onnxruntime).")
     @click.option("--precisions", default="fp32", show_default=True, help="fp32, bf16, fp16 (CUDA), int8-dynamic.")
-    @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-    @click.option("--threads", default="1", show_default=True, help="Thread counts, e.g. 1,2.")
+    @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+                  help="Where checkpoints run: cpu, cuda or auto (CUDA when present); export folders run "
+                       "on onnxruntime's CPU provider.")
+    @threads_option("CPU threads to time with, a comma list: each count is measured in turn, e.g. 1,4.",
+                    default="1")
     @click.option("--sentences", type=int, default=200, show_default=True, help="Dev sentences timed at batch 1.")
     @click.option("--batch-sizes", default="32", show_default=True, help="Throughput batch sizes (or none).")
     @click.option("--throughput-batches", type=int, default=4, show_default=True,
@@ -42,11 +56,13 @@ def register(cli):
                   help="Seconds between turns, so the last variant's idle threads stop spinning.")
     @click.option("--no-score", is_flag=True, help="Skip the dev metric.")
     @click.option("--no-memory", is_flag=True, help="Skip peak memory (one subprocess per variant).")
-    @click.option("--task", default=None)
-    @click.option("--data-dir", envvar="GLUE_DIR", default=None, show_envvar=True)
+    @click.option("--task", default=None, help="Defaults to the task the models were trained on.")
+    @click.option("--data-dir", envvar="GLUE_DIR", default=None, show_envvar=True,
+                  help="Folder in GLUE's layout, or 'embedded', for the timed sentences and the dev score.")
     @own_files_options("dev")
-    @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Results JSON to write.")
-    @click.option("--work-dir", default=None, help="Where the peers' models go [default: OUT's folder/peers].")
+    @click.option("--out", required=True, type=click.Path(file_okay=False),
+                  help="Folder to write the results in: OUT/bench.json.")
+    @click.option("--work-dir", default=None, help="Where the peers' models go [default: OUT/peers].")
     def bench_cmd(models, teacher, peers, preset, engines, precisions, device, threads, sentences, batch_sizes,
                   throughput_batches, block, pause, no_score, no_memory, task, data_dir, dev_file, text_columns,
                   label_column, out, work_dir):
@@ -58,7 +74,12 @@ def register(cli):
         from compressor.bench.report import print_rows
         from compressor.bench.suite import run_benchmark
 
-        config = BenchConfig(sentences=sentences, threads=_ints(threads),
+        if device == "auto":
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        out = out_file(out, "bench.json")
+        config = BenchConfig(sentences=sentences, threads=threads,
                              batch_sizes=_ints(batch_sizes) if batch_sizes != "none" else [],
                              throughput_batches=throughput_batches, score=not no_score,
                              memory=not no_memory, block=block, pause_s=pause)
@@ -70,20 +91,21 @@ def register(cli):
         print_rows(doc["rows"])
         click.echo(f"results: {out}")
 
-    @cli.command("report")
+    @cli.command("report", epilog=example("compressor report runs/sst2", "compressor report runs/bench --out runs/report"))
     @click.argument("paths", nargs=-1, required=True)
     @click.option("--out", default=None, type=click.Path(file_okay=False),
                   help="Folder for report.md and report.html [default: the first PATH if it is a run folder].")
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON row per variant instead.")
-    @click.option("--threads", type=int, default=None,
-                  help="Show only this thread count's latency [default: every count measured; "
-                       "the plot and --json use the fewest].")
+    @threads_option("Show only this thread count's latency (one count) [default: every count measured; "
+                    "the plot and --json use the fewest].", several=False)
     def report_cmd(paths, out, as_json, threads):
         """Report on run folders and results files: markdown, HTML with the latency-vs-score plot, or JSON."""
         import json
 
         from compressor.bench.report import collect, json_rows, write_report_files
 
+        threads = threads[0] if threads else None
+        paths = [_results_in(p) for p in paths]
         rows = collect(paths)
         if as_json:
             for r in json_rows(rows, threads):

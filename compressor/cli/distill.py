@@ -40,10 +40,12 @@ def _settings(pairs, what):
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
     from compressor.cli import (_print_metrics, _relaunched, _train_options, _user_data, data_dir_option,
-                       nproc_option, own_files_options)
+                       example, model_argument, nproc_option, own_files_options)
 
-    @cli.command()
-    @click.option("--teacher", required=True, help="The teacher: a task checkpoint folder.")
+    @cli.command(epilog=example("compressor distill runs/teacher --student num_layers=3 --out runs/student",
+                                "compressor distill runs/teacher --student kind=config --student hidden_size=312 "
+                                "--loss kd=1 --loss hidden=1 --out runs/tinybert"))
+    @model_argument("--teacher", name="teacher")
     @click.option("--out", required=True, type=click.Path(file_okay=False), help="Student folder to write.")
     @click.option("--task", default=None, help="Defaults to the teacher's task.")
     @data_dir_option
@@ -87,7 +89,8 @@ def register(cli):
                 student, loss, intermediate_epochs, intermediate_lr, progressive,
                 general_epochs, general_lr, general_rows, general_teacher, general_cache, no_cache, train_limit,
                 dev_limit, overwrite, nproc, **kwargs):
-        """Distil a task checkpoint into a smaller student; writes the student and metrics.json."""
+        """Distil MODEL, the teacher (a task checkpoint folder), into a smaller student; writes the
+        student and metrics.json to the --out folder."""
         from compressor.engine.distiller import DistillConfig, distill as run
 
         if _relaunched(nproc, kwargs["device"]):

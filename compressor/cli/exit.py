@@ -7,9 +7,10 @@ import click
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
     from compressor.cli.distill import _settings
+    from compressor.cli import example
     from compressor.cli.prune import checkpoint_method, run_method
 
-    @cli.command("early-exit")
+    @cli.command("early-exit", epilog=example("compressor early-exit runs/teacher --set rule=entropy --out runs/exits"))
     @checkpoint_method("add exits to")
     @click.option("--set", "values", multiple=True, metavar="KEY=VALUE",
                   help="A setting, repeatable: training=two_stage|self_distill|joint, "
@@ -19,7 +20,7 @@ def register(cli):
                        "lr=5e-4, temperature=2, weighting=linear|uniform, cache=true, "
                        "batch_size=32, max_length=128, device=cpu, seed=42.")
     def early_exit(values, **common):
-        """Exit heads after each layer, trained and calibrated on held-out training rows."""
+        """Exit heads after each of MODEL's layers, trained and calibrated on held-out training rows."""
         from compressor.exit.stage import early_exit as run
 
         record = run_method(run, _settings(values, "set"), made="early-exit model", **common)
@@ -27,17 +28,19 @@ def register(cli):
                    f"{record['dev']['mean_exit_layer']} of {record['layers']}, FLOPs saved "
                    f"{record['dev']['flops_saved']:.1%}")
 
-    @cli.command("early-exit-export")
+    @cli.command("early-exit-export", epilog=example("compressor early-exit-export runs/exits --out runs/exits-onnx"))
     @click.argument("model")
     @click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write.")
     @click.option("--int8/--no-int8", default=True, show_default=True, help="Dynamic INT8 segments.")
-    @click.option("--preset", default="auto", show_default=True, help="INT8 hardware preset.")
+    @click.option("--preset", default="auto", show_default=True,
+                  help="INT8 hardware preset: avx2, avx512_vnni, amx, arm64 or auto (from the CPU flags).")
     @click.option("--fp32-unit", "fp32_units", multiple=True, metavar="UNIT",
                   help="Keep this unit FP32 in the INT8 segments, repeatable: layer.7 (the eighth "
                        "encoder layer, as a mixed-precision search's sensitivity.md names it) or embeddings.")
-    @click.option("--data-dir", default=None, help="GLUE data folder (default GLUE_DIR).")
-    @click.option("--dev-limit", type=int, default=None)
-    @click.option("--overwrite", is_flag=True)
+    @click.option("--data-dir", envvar="GLUE_DIR", default=None, show_envvar=True,
+                  help="Folder in GLUE's layout, or 'embedded', for the dev score.")
+    @click.option("--dev-limit", type=int, default=None, help="Score only the first N dev rows.")
+    @click.option("--overwrite", is_flag=True, help="Replace a non-empty --out folder.")
     def early_exit_export(model, out, int8, preset, fp32_units, data_dir, dev_limit, overwrite):
         """Export an early-exit model as chained ONNX segments (fused, INT8) and score them."""
         from compressor.exit.stage import export_exits

@@ -4,20 +4,20 @@ import click
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
-    from compressor.cli import own_files_options
+    from compressor.cli import example, own_files_options
 
-    @cli.command("export")
+    @cli.command("export", epilog=example("compressor export runs/student --out runs/student-onnx"))
     @click.argument("model")
     @click.option("--out", required=True, type=click.Path(file_okay=False), help="Export folder to write.")
     @click.option("--task", default=None, help="Defaults to the task the checkpoint was trained on.")
-    @click.option("--opset", type=int, default=17, show_default=True)
+    @click.option("--opset", type=int, default=17, show_default=True, help="ONNX opset version.")
     @click.option("--optimize/--no-optimize", default=True, show_default=True,
                   help="Fuse the graph with onnxruntime's transformer optimizer.")
     @click.option("--parity/--no-parity", default=True, show_default=True,
                   help="Compare with the PyTorch model on the task's dev split (parity.json).")
     @click.option("--parity-limit", type=int, default=None, help="Check on the first N dev rows only.")
     @click.option("--exporter", type=click.Choice(["auto", "optimum", "torch"]), default="auto",
-                  show_default=True)
+                  show_default=True, help="optimum, torch (torch.onnx), or auto: optimum for transformers models, else torch.")
     @click.option("--data-dir", envvar="GLUE_DIR", default=None, show_envvar=True,
                   help="Folder in GLUE's layout, or 'embedded', for the parity check.")
     @own_files_options("dev")

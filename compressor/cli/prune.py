@@ -9,11 +9,11 @@ METHODS = ("structured", "layers", "vocab", "magnitude")
 
 def checkpoint_method(what: str):
     """The options of a command that turns a task checkpoint into another (``what`` it does)."""
-    from compressor.cli import data_dir_option, own_files_options
+    from compressor.cli import data_dir_option, model_argument, own_files_options
 
     def wrap(f):
         for option in reversed([
-                click.option("--model", required=True, help=f"The task checkpoint to {what} (a folder)."),
+                model_argument(),
                 click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write."),
                 click.option("--task", default=None, help="Defaults to the model's task."),
                 data_dir_option,
@@ -64,7 +64,10 @@ def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
     from compressor.cli.distill import _settings
 
-    @cli.command()
+    from compressor.cli import example
+
+    @cli.command(epilog=example("compressor prune runs/teacher --method structured --set heads=0.5 --set ffn=0.5 "
+                                "--out runs/pruned"))
     @checkpoint_method("prune")
     @click.option("--method", type=click.Choice(METHODS), default="structured", show_default=True,
                   help="structured: heads and FFN neurons; layers; vocab: word pieces; "
@@ -79,7 +82,8 @@ def register(cli):
     @click.option("--recover", "recover", multiple=True, metavar="KEY=VALUE",
                   help=RECOVER_HELP + " vocab: mode=none by default.")
     def prune(method, values, recover, **common):
-        """Prune a task checkpoint (and recover it); writes the smaller model and metrics.json."""
+        """Prune MODEL, a task checkpoint folder (and recover it); writes the smaller model and
+        metrics.json to the --out folder."""
         from compressor.prune.stage import prune as run
 
         settings = {"method": method, **_settings(values, "set")}

@@ -11,7 +11,19 @@ _HELP = {
     "method": "dynamic, static, qat, mixed, auto, fp16 (onnxruntime); dynamic, weight_only, fp16, bf16 "
               "(torchao); static, dynamic (inc).",
     "backend": "onnxruntime (writes an ONNX export folder), torchao or inc (PyTorch folders).",
-    "preset": "Hardware to deploy to: avx2, avx512_vnni, amx, arm64.",
+    "preset": "Hardware to deploy to: avx2, avx512_vnni, amx, arm64, auto (from this CPU's flags).",
+    "threads": "onnxruntime: CPU threads when scoring the result (one count) [default: onnxruntime's].",
+    "calibration_samples": "Static INT8: training rows to calibrate on.",
+    "percentile": "Static INT8 with --calibration percentile: the percentile kept.",
+    "seed": "Random seed (which calibration/training rows; QAT training).",
+    "epochs": "qat: passes over the training rows.",
+    "lr": "qat: learning rate.",
+    "batch_size": "qat: training batch size.",
+    "max_length": "qat: longest input in tokens.",
+    "max_steps": "qat: stop after this many optimiser steps (0: no limit).",
+    "eval_every": "qat: optimiser steps between dev evaluations (0: once per epoch).",
+    "temperature": "qat: softmax temperature of the FP32 model's soft targets.",
+    "device": "qat: cpu, cuda, cuda:N or auto (CUDA when present).",
     "calibration": "Static INT8 calibration: minmax, entropy, percentile.",
     "max_drop": "mixed/auto: tolerated score drop in points on the search rows.",
     "search_on": "mixed/auto: choose on dev (the dev score reported is then a best-of-dev), on "
@@ -41,7 +53,13 @@ def _options(fn):
         flag = "--" + f.name.replace("_", "-")
         hint = hints[f.name]
         args = typing.get_args(hint)
-        if typing.get_origin(hint) is list:
+        if f.name == "threads":
+            from compressor.cli import threads_option
+
+            fn = threads_option(_HELP["threads"], several=False)(fn)
+        elif f.name == "preset":   # the CLI's one default for every command with --preset
+            fn = click.option(flag, f.name, default="auto", show_default=True, help=_HELP["preset"])(fn)
+        elif typing.get_origin(hint) is list:
             fn = click.option(flag, f.name, multiple=True, help=_HELP.get(f.name))(fn)
         elif typing.get_origin(hint) is typing.Union and bool in args:
             fn = click.option(f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=None,
@@ -62,15 +80,20 @@ def _given(settings: dict) -> dict:
     from click.core import ParameterSource
 
     ctx = click.get_current_context()
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()
-            if ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)}
+    given = {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()
+             if ctx.get_parameter_source(k) not in (ParameterSource.DEFAULT, None)}
+    if isinstance(given.get("threads"), list):
+        given["threads"] = given["threads"][0]
+    return given
 
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
-    from compressor.cli import own_files_options
+    from compressor.cli import example, own_files_options
 
-    @cli.command("quantize")
+    @cli.command("quantize", epilog=example("compressor quantize runs/student-onnx --method dynamic --out runs/int8",
+                                            "compressor quantize runs/student-onnx --method static "
+                                            "--calibration entropy --out runs/int8-static"))
     @click.argument("model")
     @click.option("--out", required=True, type=click.Path(file_okay=False), help="Folder to write.")
     @click.option("--task", default=None, help="The task, when the model does not say.")
@@ -90,7 +113,10 @@ def register(cli):
         from compressor.quantize.api import quantize
         from compressor.quantize.configs import quantize_config
 
-        config = quantize_config(backend, method, **_given(kwargs))
+        given = _given(kwargs)
+        config = quantize_config(backend, method, **given)
+        if "preset" not in given and getattr(config, "preset", None) not in (None, "auto"):
+            config = quantize_config(backend, method, **given, preset="auto")   # the CLI's default
         user_data = _user_data(train_file, dev_file, text_columns, label_column, recorded=True)
         task_spec, _ = _task_for(model, task) if os.path.isdir(model) else (None, None)
         train = dev = None

@@ -7,7 +7,9 @@ def register(cli):
     from compressor.cli.distill import _settings
     from compressor.cli.prune import RECOVER_HELP, checkpoint_method, recover_settings, run_method
 
-    @cli.command()
+    from compressor.cli import example
+
+    @cli.command(epilog=example("compressor share runs/teacher --set share=all --set group=2 --out runs/shared"))
     @checkpoint_method("share")
     @click.option("--set", "values", multiple=True, metavar="KEY=VALUE",
                   help="A setting, repeatable: share=all|attention|ffn|none, group=2 (layers per "
@@ -15,7 +17,8 @@ def register(cli):
                        "adapter_rank=8, device=cpu, seed=42.")
     @click.option("--recover", "recover", multiple=True, metavar="KEY=VALUE", help=RECOVER_HELP)
     def share(values, recover, **common):
-        """Share layer weights across layers (ALBERT) and/or factorise the word embedding, then recover."""
+        """Share MODEL's layer weights across layers (ALBERT) and/or factorise its word embedding,
+        then recover."""
         from compressor.share.stage import share as run
 
         settings = _settings(values, "set")

@@ -7,7 +7,9 @@ def register(cli):
     from compressor.cli.distill import _settings
     from compressor.cli.prune import checkpoint_method, run_method
 
-    @cli.command()
+    from compressor.cli import example
+
+    @cli.command(epilog=example("compressor theseus runs/teacher --set num_layers=3 --out runs/theseus"))
     @checkpoint_method("compress by module replacing")
     @click.option("--set", "values", multiple=True, metavar="KEY=VALUE",
                   help="A setting, repeatable: num_layers=3, init=last|first|prefix, "
@@ -15,7 +17,7 @@ def register(cli):
                        "finetune_epochs=1, finetune_lr=0, kd.weight=1, kd.temperature=2, lr=5e-5, "
                        "batch_size=32, max_length=128, eval_every=500, device=cpu, seed=42.")
     def theseus(values, **common):
-        """BERT-of-Theseus: replace groups of layers by one successor each, then fine-tune those."""
+        """BERT-of-Theseus: replace groups of MODEL's layers by one successor each, then fine-tune those."""
         from compressor.theseus.stage import theseus as run
 
         run_method(run, _settings(values, "set"), made="compressed model", **common)
