@@ -448,7 +448,8 @@ def _print_metrics(record):
 # Each method's package adds its own commands: a module here defines ``register(cli)``.
 _COMMAND_MODULES = ("compressor.cli.distill", "compressor.cli.prune", "compressor.cli.share",
                     "compressor.cli.theseus", "compressor.cli.quantize",
-                    "compressor.cli.export", "compressor.cli.bench", "compressor.cli.exit")
+                    "compressor.cli.export", "compressor.cli.bench", "compressor.cli.exit",
+                    "compressor.cli.augment")
 
 
 def _add_commands():

@@ -43,10 +43,20 @@ def collate(items: Sequence[Dict], pad_id: int, regression: bool,
     batch = {"input_ids": ids, "attention_mask": mask}
     if types is not None:
         batch["token_type_ids"] = types
-    if all(it["label"] is not None for it in items):
-        batch["labels"] = torch.tensor([it["label"] for it in items],
-                                       dtype=torch.float if regression else torch.long)
+    if any(it["label"] is not None for it in items):
+        # a row without a label (an augmented row: the teacher's logits are its only target)
+        # is marked, and the task loss leaves it out
+        batch["labels"] = torch.tensor([NO_LABEL[regression] if it["label"] is None else it["label"]
+                                        for it in items], dtype=torch.float if regression else torch.long)
     return batch
+
+
+NO_LABEL = {False: -100, True: float("nan")}   # (classification, regression): a row with no label
+
+
+def has_label(labels: torch.Tensor) -> torch.Tensor:
+    """Which rows of a batch's ``labels`` have one (see :data:`NO_LABEL`)."""
+    return ~torch.isnan(labels) if labels.is_floating_point() else labels != NO_LABEL[False]
 
 
 def iter_batches(items: Sequence[Dict], batch_size: int, pad_id: int, regression: bool,

@@ -6,7 +6,8 @@ from dataclasses import replace
 from compressor.core.errors import CompressorError
 from compressor.core.models import count_parameters, load_for_task, resolve_model
 from compressor.core.registry import register_stage
-from compressor.engine.distiller import DistillConfig, distill_model, general_text, load_general_teacher, student_meta
+from compressor.engine.distiller import (DistillConfig, distill_model, general_text, load_augmented,
+                                        load_general_teacher, student_meta)
 from compressor.engine.students import InputStudent, PretrainedStudent
 
 
@@ -27,15 +28,18 @@ def distill_stage(ctx, config: DistillConfig) -> dict:
     general_set = general_text(config, ctx.task, ctx.data_dir, ctx.split("train"), ctx.split("dev"),
                                ctx.recipe.train_limit)
     general_teacher, general_path = load_general_teacher(config, ctx.task, teacher_dir, tokenizer, attn)
+    augmented = load_augmented(config, ctx.split("train"), teacher_dir,
+                               ctx.stage_dir("augment") if config.augment == "recipe" else None)
     student, student_tok, result = distill_model(teacher, tokenizer, ctx.split("train"),
                                                  ctx.split("dev"), config,
                                                  desc=f"distill {ctx.task.name}", general_set=general_set,
                                                  general_teacher=general_teacher,
-                                                 general_teacher_path=general_path)
+                                                 general_teacher_path=general_path, augmented=augmented)
     meta = student_meta(ctx.task, config, student, recipe=ctx.recipe.name)
     save_checkpoint(student, student_tok, ctx.out_dir, meta)
     return {"metrics": result["metrics"], "score": result["score"], "split": "dev",
             "parameters": count_parameters(student), "student": result["student"],
             "teacher_parameters": count_parameters(teacher), "phases": [
                 {k: v for k, v in p.items()} for p in result["phases"]],
-            "cached_teacher_logits": result["cached_teacher_logits"]}
+            "cached_teacher_logits": result["cached_teacher_logits"],
+            "augmented_rows": result["augmented_rows"]}

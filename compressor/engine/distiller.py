@@ -11,6 +11,7 @@ from torch import nn
 
 from compressor.core.arch import arch_of
 from compressor.core.data import data_for, data_meta, holdout, load_data, unlabelled_text
+from compressor.core.data.augmented import joined
 from compressor.core.device import resolve_device
 from compressor.core.errors import CompressorError
 from compressor.core.io import check_output_dir, versions
@@ -40,6 +41,7 @@ class DistillConfig(TrainConfig):
     general_teacher: str = "teacher"   # the general phase's teacher: the stage's, or a folder (the encoder the task teachers were fine-tuned from, as the papers do)
     general_cache: str = ""            # a folder: the general phase is kept there and reused by any run with the same student, settings, general teacher and text
     cache_teacher_logits: bool = True  # run the teacher once over the train set when only logits are needed
+    augment: str = ""                  # a folder of augmented rows (compressor augment; in a recipe, "recipe": its augment stage's): every phase but the general one trains on them too, the teacher's logits their only targets
     teacher: str = "recipe"            # stage only: recipe (the recipe's teacher), input, or a folder
 
     def __post_init__(self):
@@ -215,7 +217,14 @@ def teacher_logits_cache(teacher, teacher_tokenizer, student_tokenizer, examples
     """
     logits = predict_logits(teacher, teacher_tokenizer, examples, max_length, 256, device,
                             precision=precision, desc="teacher logits")
-    logits = torch.from_numpy(logits.reshape(len(examples), -1))
+    return keyed_logits(student_tokenizer, examples, logits, max_length)
+
+
+def keyed_logits(student_tokenizer, examples, logits, max_length: int) -> Dict[tuple, torch.Tensor]:
+    """``logits`` (one row per example, computed elsewhere) keyed as :func:`teacher_logits_cache` keys them."""
+    if not len(examples):
+        return {}
+    logits = torch.as_tensor(logits).reshape(len(examples), -1)
     columns = [list(c) for c in zip(*[ex.texts for ex in examples])]
     ids = student_tokenizer(*columns, truncation=True, max_length=max_length,
                             padding=False)["input_ids"]
@@ -226,7 +235,7 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
                   desc: str = "distill", student: Optional[nn.Module] = None,
                   student_tokenizer=None, callbacks: Sequence = (),
                   general_set=None, general_teacher=None,
-                  general_teacher_path: str = "") -> Tuple[nn.Module, object, dict]:
+                  general_teacher_path: str = "", augmented=None) -> Tuple[nn.Module, object, dict]:
     """Build the student ``config.student`` says, train it from ``teacher``; return it, its
     tokenizer, and the training record (the teacher is left unchanged).
 
@@ -236,6 +245,9 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
     (:func:`compressor.core.data.unlabelled_text`); ``general_teacher``: the model the general phase
     learns from (``teacher`` when None), loaded from ``general_teacher_path`` (which, with
     ``config.general_cache``, identifies it: :mod:`compressor.engine.general`).
+    ``augmented``: rows without labels and the teacher's logits for them
+    (:func:`load_augmented`), trained on with the training rows in every phase but the general
+    one; their logits join the teacher-logits cache instead of being computed again.
     """
     config.check()
     if config.general_epochs and general_set is None:
@@ -284,9 +296,15 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
         general_teacher.eval().to(device)
         for p in general_teacher.parameters():
             p.requires_grad_(False)
+    task_rows = train_set
+    if augmented is not None:
+        if augmented.max_length != config.max_length:
+            raise CompressorError(f"the augmented rows were labelled at max_length {augmented.max_length}, "
+                                  f"this distillation trains at {config.max_length}: augment with the same max_length")
+        task_rows = joined(train_set, augmented)
     history, cache, start = [], None, time.perf_counter()
     for name, phase_losses, phase_config, fixed in phases:
-        phase_train = general_set if name == "general" else train_set
+        phase_train = general_set if name == "general" else task_rows
         fixed = [p for p in fixed if p.requires_grad]
         for p in fixed:
             p.requires_grad_(False)
@@ -297,6 +315,11 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
                 cache = teacher_logits_cache(teacher, teacher_tokenizer, tokenizer,
                                              train_set.examples, config.max_length, device,
                                              config.precision)
+                if augmented is not None:   # computed when the rows were made; a copy that
+                    # tokenises as a training row keeps that row's logits
+                    for key, value in keyed_logits(tokenizer, augmented.dataset.examples,
+                                                   augmented.logits, config.max_length).items():
+                        cache.setdefault(key, value)
             phase_cache = cache
         elif only_logits and phase_losses.needs_teacher_logits and _uses_types(teacher) \
                 and not teacher_types and len(task.text_fields) > 1:
@@ -330,7 +353,32 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
         "student": made, "metrics": final["best"]["metrics"], "score": final["best"]["score"],
         "best_step": final["best"]["step"], "steps": sum(h["steps"] for h in history),
         "phases": history, "cached_teacher_logits": cache is not None,
+        "augmented_rows": len(augmented) if augmented is not None else 0,
         "train_time_s": round(time.perf_counter() - start, 2)}
+
+
+def load_augmented(config: DistillConfig, train_set, teacher_path: str, folder: Optional[str] = None):
+    """The augmented rows of ``config.augment`` (or ``folder``), None without them. They must
+    have been made from these very training rows (so from no dev or held-out row) and
+    labelled by this teacher."""
+    from compressor.core.data.augmented import model_digest, read_augmented, rows_digest
+
+    folder = folder or config.augment
+    if not folder:
+        return None
+    if folder == "recipe":
+        raise CompressorError("augment: recipe names a recipe's augment stage; outside a recipe give "
+                              "the folder compressor augment wrote")
+    augmented = read_augmented(folder, train_set.task)
+    record = augmented.record
+    if record.get("rows_digest") != rows_digest(train_set):
+        raise CompressorError(f"{folder} was made from other training rows ({record.get('source_rows')} rows "
+                              f"of {record.get('data')}) than this distillation's ({len(train_set)} of "
+                              f"{train_set.source}): augment with the same teacher, data and --train-limit")
+    if record.get("teacher_digest") != model_digest(teacher_path):
+        raise CompressorError(f"{folder} was labelled by another teacher ({record.get('teacher')}) than "
+                              f"{teacher_path}: augment with this teacher")
+    return augmented
 
 
 def general_phase_config(config: DistillConfig) -> TrainConfig:
@@ -493,11 +541,13 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     teacher_score = task_score(task_spec, teacher_metrics)
     general_set = general_text(config, task_spec, data_dir, train_set, dev_set, train_limit)
     general_net, general_path = load_general_teacher(config, task_spec, teacher_path, tokenizer, attn)
+    augmented = load_augmented(config, train_set, teacher_path)
     with TrackerLogs() as logs:   # trackers' logs (report_to) end up in out/runs
         student_net, student_tok, result = distill_model(net, tokenizer, train_set, dev_set, config,
                                                          desc=f"distill {task_spec.name}",
                                                          general_set=general_set, general_teacher=general_net,
-                                                         general_teacher_path=general_path)
+                                                         general_teacher_path=general_path,
+                                                         augmented=augmented)
     record = {
         "task": task_spec.name, "split": "dev", "teacher": teacher,
         "metrics": result["metrics"], "score": result["score"],

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 
+from compressor.core.batches import has_label
 from compressor.core.arch import arch_of
 from compressor.core.errors import CompressorError
 from compressor.core.registry import Registry
@@ -425,8 +426,15 @@ def kd(signals: Signals, settings: KDSettings) -> torch.Tensor:
 
 @register_loss("task", uses=("labels",))
 def task(signals: Signals, settings: LossSettings) -> Optional[torch.Tensor]:
-    """The labels (MSE for a regression task)."""
-    return None if signals.labels is None else task_loss(signals.student.logits, signals.labels)
+    """The labels (MSE for a regression task); rows without one (augmented rows) are left out."""
+    if signals.labels is None:
+        return None
+    known = has_label(signals.labels)
+    if not known.any():
+        return None
+    if known.all():
+        return task_loss(signals.student.logits, signals.labels)
+    return task_loss(signals.student.logits[known], signals.labels[known])
 
 
 @register_loss("logits_mse", uses=("teacher_logits",))

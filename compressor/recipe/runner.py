@@ -68,6 +68,13 @@ class StageContext:
                                           user_data=self.recipe.user_data)
         return self._cache[name]
 
+    def stage_dir(self, name: str) -> str:
+        """The folder of this run's last ``name`` stage before this one (augmented rows, say)."""
+        folder = self._cache.get("stage_dirs", {}).get(name)
+        if folder is None:
+            raise CompressorError(f"no {name} stage runs before this one in the recipe")
+        return folder
+
     def meta(self, made_by: str, max_length: int) -> dict:
         # the user's files (path, sha256, columns): later commands on a stage's folder need not be told them
         return checkpoint_meta(self.task, max_length, made_by, recipe=self.recipe.name,
@@ -153,6 +160,7 @@ def _run_locked(recipe: Recipe, out: str, data_dir, log, previous: Optional[dict
                             manifest=manifest, force=rerun, trains=_trains(spec.config))
         rerun = rerun or not record.get("_skipped")
         _append(manifest, record, out)
+        shared_cache.setdefault("stage_dirs", {})[spec.name] = os.path.join(out, spec.dirname)
         if stage_type.produces is not None:
             current = record
     if main:
