@@ -94,16 +94,20 @@ def test_copies_and_replace_rate_are_respected(teacher, glue_dir, tmp_path, cach
         per_row[row["row"]] = per_row.get(row["row"], 0) + 1
         assert len(row["logits"]) == 2 and "label" not in row
     assert set(per_row.values()) == {5}
-    assert record["candidates_from"] == "embedding" and record["words_without_candidates"] == 0
-    assert abs(record["replaced_share"] - 0.4) < 0.05, record["replaced_share"]
+    assert record["candidates_from"] == "embedding"
+    # words the vocabulary splits have no neighbours and stay: p of the others change
+    with_candidates = 1 - record["words_without_candidates"] / record["words"]
+    assert abs(record["replaced_share"] / with_candidates - 0.4) < 0.05, record
 
     augment(teacher, str(tmp_path / "none"), {"copies": 2, "replace_rate": 0.0, "cache": cache},
             data_dir=glue_dir, train_limit=20)
     augment(teacher, str(tmp_path / "all"), {"copies": 2, "replace_rate": 1.0, "cache": cache},
             data_dir=glue_dir, train_limit=20)
     from compressor.augment import STOP_WORDS
+    from compressor.augment.candidates import whole_words
     from compressor.core.data import get_task, load_data
 
+    vocabulary = whole_words(transformers.AutoTokenizer.from_pretrained(teacher))
     train = load_data(get_task("sst2"), "train", glue_dir, 20)
     for row in _rows(tmp_path / "none"):
         assert row["texts"] == list(train.examples[row["row"]].texts)
@@ -112,7 +116,8 @@ def test_copies_and_replace_rate_are_respected(teacher, glue_dir, tmp_path, cach
         after = re.findall(r"\w+|[^\w\s]", row["texts"][0])
         assert len(before) == len(after)
         for a, b in zip(before, after):
-            may_change = a.isalpha() and len(a) > 1 and a.lower() not in STOP_WORDS
+            may_change = (a.isalpha() and len(a) > 1 and a.lower() not in STOP_WORDS
+                          and (a in vocabulary or a.lower() in vocabulary))
             assert (a.lower() != b.lower()) == may_change, (a, b)
 
 

@@ -30,6 +30,7 @@ from compressor.core.errors import CompressorError
 from compressor.core.progress import progress
 
 _RUN = re.compile(r"\w+")
+ALGORITHM = 1   # part of the digest: a change to how rows are made invalidates the sets kept
 
 
 def word_spans(text: str) -> List[Span]:
@@ -82,8 +83,9 @@ def augment_rows(dataset: Dataset, candidates, config: AugmentConfig, exclude: S
                           desc="augment: candidates", unit="chunk"):
         part = sentences[start:start + chunk]
         found.update(zip(part, candidates(part, [spans[t] for t in part])))
+    bare = {t: sum(1 for words in found[t] if not words) for t in sentences}
     rows, made_from = [], []
-    words = replaced = dropped = 0
+    words = replaced = dropped = without = 0
     for i in sources:
         ex = dataset.examples[i]
         for copy in range(config.copies):
@@ -92,24 +94,23 @@ def augment_rows(dataset: Dataset, candidates, config: AugmentConfig, exclude: S
                 new, n = augment_text(text, spans[text], found[text], config.replace_rate,
                                       _rng(config.seed, copy, text))
                 texts.append(new)
-                words, replaced = words + len(spans[text]), replaced + n
+                words, replaced, without = words + len(spans[text]), replaced + n, without + bare[text]
             if any(t in banned for t in texts):
                 dropped += 1
                 continue
             rows.append(Example(texts=tuple(texts), label=None, guid=f"{ex.guid}-aug{copy}"))
             made_from.append(i)
-    no_candidates = sum(1 for t in sentences for c in found[t] if not c)
     return rows, made_from, {
         "source_rows": len(dataset), "augmented_from": len(sources),
         "skipped_rows": len(dataset) - len(sources), "dropped_copies": dropped, "rows": len(rows),
         "words": words, "replaced": replaced, "replaced_share": round(replaced / words, 4) if words else 0.0,
-        "words_without_candidates": no_candidates}
+        "words_without_candidates": without}
 
 
 def digest(teacher_path: str, train_set: Dataset, config: AugmentConfig, exclude: Sequence = ()) -> str:
     """What an augmented set depends on: the teacher's files, the training rows, the rows kept
     out, the settings (and the masked LM's files)."""
-    key = {"teacher": model_digest(teacher_path), "rows": rows_digest(train_set),
+    key = {"algorithm": ALGORITHM, "teacher": model_digest(teacher_path), "rows": rows_digest(train_set),
            "exclude": [rows_digest(rows) for rows in exclude if rows is not None],
            "settings": config.digest_settings(),
            "mlm_model": model_digest(config.mlm_model) if config.mlm_model else ""}
@@ -130,21 +131,21 @@ def _copy_set(src: str, dst: str) -> None:
 
 
 def _candidates(config: AugmentConfig, teacher, tokenizer, teacher_path: str, where: str, device):
-    """The candidate source the settings ask for, and its name."""
-    neighbours = EmbeddingNeighbours(teacher, tokenizer, config.candidates, cache_dir=where)
-    if config.source == "embedding":
-        return neighbours, "embedding", neighbours
-    folder = config.mlm_model or teacher_path
-    found = masked_lm(folder)
-    if found is None:
-        if config.source == "mlm":
+    """The candidate source the settings ask for, its name, and its neighbour table's file."""
+    found = None
+    if config.source != "embedding":
+        folder = config.mlm_model or teacher_path
+        found = masked_lm(folder)
+        if found is None and config.source == "mlm":
             raise CompressorError(f"source mlm: {folder} has no masked-LM head (its checkpoint holds no "
                                   "LM-head weights); give mlm_model a folder that has one, or use source "
                                   "embedding")
-        return neighbours, "embedding", neighbours
+    if found is None:
+        neighbours = EmbeddingNeighbours(teacher, tokenizer, config.candidates, cache_dir=where)
+        return neighbours, "embedding", os.path.basename(neighbours.path or "") or neighbours.digest
     model, mlm_tokenizer = found
-    return (MaskedLMCandidates(model, mlm_tokenizer, config.candidates, neighbours, device,
-                               max(1, config.batch_size // 8), config.max_length), "mlm", neighbours)
+    return (MaskedLMCandidates(model, mlm_tokenizer, config.candidates, device,
+                               max(1, config.batch_size // 8), config.max_length), "mlm", "")
 
 
 def make_augmented(teacher_path: str, train_set: Dataset, config: AugmentConfig, out: str,
@@ -185,7 +186,7 @@ def make_augmented(teacher_path: str, train_set: Dataset, config: AugmentConfig,
               if os.path.isdir(teacher_path) else teacher_path,
               "teacher_digest": model_digest(teacher_path), "rows_digest": rows_digest(train_set),
               "data": train_set.source, **counts, "candidates_from": source,
-              "mlm_model": config.mlm_model, "neighbours": os.path.basename(neighbours.path or "") or neighbours.digest,
+              "mlm_model": config.mlm_model, "neighbours": neighbours,
               **config.digest_settings(), "time_s": round(time.perf_counter() - start, 2),
               "versions": versions()}
     write_augmented(out, augmented, logits, made_from, record)

@@ -52,14 +52,15 @@ def _same_word(a: str, b: str) -> bool:
 
 
 class EmbeddingNeighbours:
-    """The K nearest whole words of a word by cosine similarity of the embedding rows: a
-    vocabulary word's row, or the mean of its pieces' rows for a word the vocabulary splits.
-    A vocabulary word's neighbours are found once, in batches as sentences ask for them, and
+    """The K nearest whole words of a vocabulary word by cosine similarity of the embedding
+    rows. A word the vocabulary splits into pieces has none (it is kept): the mean of its
+    pieces' rows lies next to its first piece ("heartwarming": heart, hearts, war), not next to
+    words of its meaning. A vocabulary word's neighbours are found once, in batches as sentences ask for them, and
     kept in ``cache_dir`` (a file per table, named by the table's digest): a later run over the
     same vocabulary and weights reads them, and finds only the words it has not seen."""
 
     def __init__(self, model, tokenizer, k: int, cache_dir: Optional[str] = None):
-        self.tokenizer, self.k = tokenizer, k
+        self.k = k
         words = whole_words(tokenizer)
         weight = model.get_input_embeddings().weight.detach().float().cpu()
         words = {w: i for w, i in words.items() if i < weight.shape[0]}
@@ -68,12 +69,10 @@ class EmbeddingNeighbours:
                                   f"{k} candidates each")
         self.words = list(words)
         self.index = {w: n for n, w in enumerate(self.words)}
-        self.weight = weight
         self.table = torch.nn.functional.normalize(weight[list(words.values())], dim=-1)
         self.digest = self._digest()
         self.path = os.path.join(cache_dir, f"neighbours-{self.digest}.npz") if cache_dir else None
         self.known: Dict[int, np.ndarray] = self._read()
-        self._split: Dict[str, List[str]] = {}
 
     def _digest(self) -> str:
         h = hashlib.sha256()
@@ -128,21 +127,13 @@ class EmbeddingNeighbours:
         return out
 
     def for_word(self, word: str) -> List[str]:
-        """The K candidates of ``word`` (any case), nearest first."""
+        """The K candidates of ``word`` (any case), nearest first; none for a word the
+        vocabulary does not hold whole."""
         key = self._key(word)
-        if key is not None:
-            self.prepare([key])
-            return self._pick(word, self.known[self.index[key]])
-        if word not in self._split:
-            ids = self.tokenizer(word, add_special_tokens=False)["input_ids"]
-            ids = [i for i in ids if i < self.weight.shape[0]]
-            if not ids:
-                self._split[word] = []
-            else:
-                row = torch.nn.functional.normalize(self.weight[ids].mean(0), dim=-1)
-                order = (self.table @ row).topk(self.k + _SPARE).indices.tolist()
-                self._split[word] = self._pick(word, order)
-        return self._split[word]
+        if key is None:
+            return []
+        self.prepare([key])
+        return self._pick(word, self.known[self.index[key]])
 
     def __call__(self, sentences: Sequence[str], spans: Sequence[Sequence[Span]]) -> List[List[List[str]]]:
         self.prepare(text[s:e] for text, sentence_spans in zip(sentences, spans) for s, e in sentence_spans)
@@ -173,24 +164,17 @@ def masked_lm(path: str):
 
 
 class MaskedLMCandidates:
-    """TinyBERT's candidates: a word that is one word piece is masked and the masked language
-    model's K likeliest whole words there are its candidates; a word of several pieces gets
-    ``fallback``'s (the embedding neighbours, where the paper uses GloVe)."""
+    """TinyBERT's candidates: the word is masked and the masked language model's K likeliest
+    whole words there are its candidates. A word of several pieces is masked by one mask too
+    (the paper takes GloVe neighbours for those; none ships offline)."""
 
-    def __init__(self, model, tokenizer, k: int, fallback: EmbeddingNeighbours, device,
-                 batch_size: int = 32, max_length: int = 128):
-        self.model, self.tokenizer, self.k, self.fallback = model.to(device), tokenizer, k, fallback
+    def __init__(self, model, tokenizer, k: int, device, batch_size: int = 32, max_length: int = 128):
+        self.model, self.tokenizer, self.k = model.to(device), tokenizer, k
         self.device, self.batch_size, self.max_length = device, batch_size, max_length
         words = whole_words(tokenizer)
         self.allowed = torch.zeros(model.get_output_embeddings().weight.shape[0], dtype=torch.bool)
         self.allowed[[i for i in words.values() if i < self.allowed.shape[0]]] = True
         self.token_word = {i: w for w, i in words.items()}
-        self._pieces: Dict[str, int] = {}
-
-    def _single_piece(self, word: str) -> bool:
-        if word not in self._pieces:
-            self._pieces[word] = len(self.tokenizer(word, add_special_tokens=False)["input_ids"])
-        return self._pieces[word] == 1
 
     @torch.no_grad()
     def _guesses(self, masked: List[str], words: List[str]) -> List[List[str]]:
@@ -221,13 +205,9 @@ class MaskedLMCandidates:
         masked, words, slots = [], [], []
         for n, (text, sentence_spans) in enumerate(zip(sentences, spans)):
             for j, (s, e) in enumerate(sentence_spans):
-                word = text[s:e]
-                if self._single_piece(word):
-                    masked.append(text[:s] + self.tokenizer.mask_token + text[e:])
-                    words.append(word)
-                    slots.append((n, j))
-                else:
-                    result[n][j] = self.fallback.for_word(word)
+                masked.append(text[:s] + self.tokenizer.mask_token + text[e:])
+                words.append(text[s:e])
+                slots.append((n, j))
         for (n, j), guesses in zip(slots, self._guesses(masked, words)):
             result[n][j] = guesses
         return result
