@@ -349,3 +349,44 @@ def test_invalid_utf8_is_reported_on_its_line(tmp_path, bad_line):
     with pytest.raises(CompressorError) as err:
         read_glue_file(get_task("sst2"), str(path), "train")
     assert str(err.value) == f"{path}:{bad_line}: not UTF-8 text"
+
+
+# -- 8. a tokenizer larger than the model's embedding table ---------------------------------------
+
+def test_a_tokenizer_larger_than_the_embedding_table_is_one_line(checkpoint, tmp_path, capsys):
+    import transformers
+
+    grown = tmp_path / "grown"
+    shutil.copytree(checkpoint, grown)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(grown))
+    tokenizer.add_tokens([f"extra{i}" for i in range(50)])
+    tokenizer.save_pretrained(str(grown))
+    rows = tmp_path / "rows.tsv"
+    rows.write_text("sentence\nextra7 extra42 a gripping film\n")
+    code, _, err = run_cli(capsys, "predict", str(grown), "--input", str(rows), "--out", str(tmp_path / "p"))
+    one_error_line(code, err, "tokenizer has", "embedding", str(grown))
+    assert not (tmp_path / "p" / "predictions.tsv").exists()
+
+
+# -- 12. a legacy pickle checkpoint: the refusal alone, no warnings before it ---------------------
+
+def test_a_pickle_checkpoint_is_refused_with_no_warning_lines_first(checkpoint, tmp_path):
+    import subprocess
+    import sys
+
+    import torch
+    from safetensors.torch import load_file
+
+    legacy = tmp_path / "legacy"
+    shutil.copytree(checkpoint, legacy)
+    state = load_file(str(legacy / "model.safetensors"))
+    os.remove(legacy / "model.safetensors")
+
+    # anything but tensors (a reference to a function, here) is refused by the restricted unpickler
+    torch.save({**state, "x": print}, legacy / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    done = subprocess.run([sys.executable, "-m", "compressor", "eval", str(legacy), "--task", "sst2",
+                           "--data-dir", "embedded", "--out", str(tmp_path / "e")],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "default"})
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ") and "pickle" in lines[0], done.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 import shutil
 import socket
 from typing import Optional, Sequence, Tuple
@@ -132,7 +133,24 @@ def load_for_task(name_or_path: str, task=None, attn_implementation: Optional[st
     model, tokenizer = loader.load(path, task, attn_implementation=attn_implementation)
     if loader.pytorch and loader.kind not in KEEPS_DTYPE:
         as_float32(model)   # the guard: whatever a loader gave, training starts from fp32 weights
+    if loader.pytorch:
+        check_vocabulary(path, model, tokenizer)
     return model, tokenizer
+
+
+def check_vocabulary(path: str, model, tokenizer) -> None:
+    """One line when ``tokenizer`` can give ids past the model's embedding table (a tokenizer
+    swapped or grown without resizing the model): those ids would fail deep inside a forward."""
+    try:
+        rows = model.get_input_embeddings().num_embeddings
+        size = len(tokenizer)
+    except (AttributeError, NotImplementedError, TypeError):
+        return   # a model without a word-piece table (a BiLSTM student), or a tokenizer without a size
+    if size > rows:
+        raise CompressorError(f"{path}: the tokenizer has {size:,} entries but the model's embedding "
+                              f"table {rows:,} rows; ids from {rows:,} on cannot be embedded (save the "
+                              "tokenizer the model was trained with beside it, or resize the model's "
+                              "embeddings)")
 
 
 # kinds whose stored dtype is the point of the folder (an FP16/INT8 deployment copy)
@@ -211,7 +229,12 @@ def load_hf(path: str, task=None, attn_implementation: Optional[str] = None, **_
     kwargs.update(_safe_weights(path))
     kwargs.update(float32_kwargs())   # FP32 master weights, whatever dtype the folder stores
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+        with warnings.catch_warnings():
+            if not kwargs.get("use_safetensors"):
+                # a pickle file is opened by torch's restricted unpickler, which warns before it
+                # refuses anything but tensors; the refusal is said below in one line
+                warnings.simplefilter("ignore", UserWarning)
+            model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
     except Exception as exc:
         pickled = _refused_pickle(path, exc)
         if pickled:
