@@ -308,3 +308,23 @@ def test_cli_augment(teacher, glue_dir, tmp_path, cache):
     assert len(_rows(tmp_path / "a")) == 24
     again = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert again.exit_code == 0 and "reused" in again.output
+
+
+def test_cli_distill_trains_on_an_augment_folder(teacher, glue_dir, tmp_path, cache):
+    import json
+
+    from compressor.cli import cli
+
+    folder = str(tmp_path / "a")
+    done = CliRunner().invoke(cli, ["augment", teacher, "--out", folder, "--data-dir", glue_dir,
+                                    "--train-limit", "8", "--set", "copies=2", "--set", f"cache={cache}",
+                                    "--device", "cpu"], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    student = tmp_path / "s"
+    done = CliRunner().invoke(cli, ["distill", teacher, "--augment", folder, "--out", str(student),
+                                    "--data-dir", glue_dir, "--train-limit", "8", "--dev-limit", "8",
+                                    "--student", "num_layers=1", "--epochs", "1", "--batch-size", "8",
+                                    "--device", "cpu"], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    record = json.loads((student / "metrics.json").read_text())
+    assert record["augmented_rows"] == 16, {k: record[k] for k in record if "augment" in k}

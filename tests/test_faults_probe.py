@@ -390,3 +390,55 @@ def test_a_pickle_checkpoint_is_refused_with_no_warning_lines_first(checkpoint, 
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert lines[0].startswith("error: ") and "pickle" in lines[0], done.stderr
+
+
+# -- 13. what cannot work is said before the run folder is touched ---------------------------------
+
+def _recipe_file(tmp_path, teacher, device="cpu"):
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE.format(model=teacher).replace("device: cpu", f"device: {device}"))
+    return str(path)
+
+
+def test_a_cuda_recipe_on_a_machine_without_cuda_is_one_line_and_no_folder(checkpoint, tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "run", _recipe_file(tmp_path, checkpoint, "cuda"), "--out", str(out))
+    one_error_line(code, err, "r.yaml", "device", "CUDA")
+    assert not out.exists()
+
+
+def test_a_pickled_teacher_is_refused_before_the_run_folder_is_made(checkpoint, tmp_path, capsys):
+    import torch
+    from safetensors.torch import load_file
+
+    from compressor.core.models import refuse_pickle_only
+
+    legacy = tmp_path / "legacy"
+    shutil.copytree(checkpoint, legacy)
+    state = load_file(str(legacy / "model.safetensors"))
+    os.remove(legacy / "model.safetensors")
+    torch.save(state, legacy / "pytorch_model.bin")
+    refuse_pickle_only(str(legacy))          # tensors alone: the restricted unpickler takes them
+    torch.save({**state, "x": print}, legacy / "pytorch_model.bin")
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "run", _recipe_file(tmp_path, str(legacy)), "--out", str(out))
+    one_error_line(code, err, "pytorch_model.bin", "pickle")
+    assert not out.exists()
+
+
+def test_a_relative_path_found_only_beside_the_recipe_says_where_paths_are_read_from(
+        checkpoint, tmp_path, monkeypatch, capsys):
+    sub = tmp_path / "recipes"
+    sub.mkdir()
+    shutil.copytree(checkpoint, sub / "teacher")
+    (sub / "r.yaml").write_text(RECIPE.format(model="teacher"))
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, "recipe", "validate", str(sub / "r.yaml"))
+    assert code == 1 and "from the working directory" in err and str(sub / "teacher") in err, err
+    monkeypatch.chdir(sub)   # from the recipe's folder the same recipe is fine
+    code, _, err = run_cli(capsys, "recipe", "validate", "r.yaml")
+    assert code == 0, err

@@ -154,6 +154,7 @@ def test_early_exit_can_calibrate_on_the_rows_the_teacher_held_out(teacher, tmp_
     from conftest import save_sst2_classifier
 
     other = save_sst2_classifier(tmp_path / "plain", teacher)
+    capsys.readouterr()   # what the calls above printed (their tiny models' at-chance notes)
     code, _, err = run_cli(capsys, "early-exit", other, "--out", str(tmp_path / "ee3"),
                            "--data-dir", glue_dir, "--train-limit", "16", "--dev-limit", "8",
                            "--set", "calibrate.split=holdout")

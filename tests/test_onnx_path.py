@@ -88,7 +88,8 @@ stages:
 
     sentences = tmp_path / "sentences.tsv"
     sentences.write_text("sentence\n" + "".join(e.texts[0] + "\n" for e in dev.examples))
-    labels = [str(i) for i in one.argmax(-1)]
+    names = get_task("sst2").label_names   # predict writes the classes as people read them
+    labels = [names[i] for i in one.argmax(-1)]
     for flag in (["--onnx"], []):
         written = tmp_path / f"labels{len(flag)}.tsv"
         main(["predict", int8, "--input", str(sentences), "--output", str(written),

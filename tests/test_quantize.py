@@ -99,7 +99,8 @@ def test_a_vnni_preset_on_an_avx2_cpu_is_said_to_saturate_here(capsys, monkeypat
     """Full 8-bit weights against uint8 activations saturate in AVX2's u8 x s8 multiply (every
     prediction one class, seen on an AVX2-only AMD EPYC): quantising so on such a CPU says that
     its scores here are wrong; the avx2 preset, arm64's signed activations and other CPUs do not."""
-    from compressor.quantize import api, presets
+    from compressor.core import presets
+    from compressor.quantize import api
 
     assert presets.saturates_here(resolve_preset("avx512_vnni"), {"avx2"}, "x86_64")
     assert presets.saturates_here(resolve_preset("amx"), {"avx2", "fma"}, "x86_64")

@@ -100,8 +100,11 @@ def out_file(out, name: str):
         click.echo(f"note: --out takes a folder now ({name} is written inside it); "
                    f"writing {out} as before", err=True)
         return out
-    os.makedirs(out, exist_ok=True)
-    return os.path.join(out, name)
+    if os.path.exists(out) and not os.path.isdir(out):
+        from compressor.core.errors import CompressorError
+
+        raise CompressorError(f"--out {out} is a file; --out takes a folder ({name} is written inside it)")
+    return os.path.join(out, name)   # the folder is made when the file is written: nothing on failure
 
 
 device_option = click.option(

@@ -44,7 +44,10 @@ def register(cli):
 
     @cli.command(epilog=example("compressor distill runs/teacher --student num_layers=3 --out runs/student",
                                 "compressor distill runs/teacher --student kind=config --student hidden_size=312 "
-                                "--loss kd=1 --loss hidden=1 --out runs/tinybert"))
+                                "--loss kd=1 --loss hidden=1 --out runs/tinybert",
+                                "compressor augment runs/teacher --out runs/augmented && compressor distill "
+                                "runs/teacher --augment runs/augmented --intermediate-epochs 4 --loss kd=1 "
+                                "--loss hidden=1 --loss attention=1 --out runs/student"))
     @model_argument("--teacher", name="teacher")
     @click.option("--out", required=True, type=click.Path(file_okay=False), help="Student folder to write.")
     @click.option("--task", default=None, help="Defaults to the teacher's task.")
@@ -79,6 +82,9 @@ def register(cli):
     @click.option("--general-cache", default="",
                   help="A folder that keeps the general stage; a later run with the same student, settings, "
                        "general teacher and text (every task's dev sentences left out) loads it, for any task.")
+    @click.option("--augment", "augment", default="", type=click.Path(file_okay=False),
+                  help="A folder that `compressor augment` wrote for this teacher: its augmented rows "
+                       "join the training rows in every stage (soft targets only).")
     @click.option("--no-cache", is_flag=True, help="Run the teacher on every batch instead of caching its logits.")
     @click.option("--train-limit", type=int, default=None, help="Use only the first N training rows.")
     @click.option("--dev-limit", type=int, default=None, help="Use only the first N dev rows.")
@@ -87,7 +93,7 @@ def register(cli):
     @_train_options
     def distill(teacher, out, task, data_dir, train_file, dev_file, text_columns, label_column,
                 student, loss, intermediate_epochs, intermediate_lr, progressive,
-                general_epochs, general_lr, general_rows, general_teacher, general_cache, no_cache, train_limit,
+                general_epochs, general_lr, general_rows, general_teacher, general_cache, augment, no_cache, train_limit,
                 dev_limit, overwrite, nproc, **kwargs):
         """Distil MODEL, the teacher (a task checkpoint folder), into a smaller student; writes the
         student and metrics.json to the --out folder."""
@@ -103,7 +109,8 @@ def register(cli):
                                intermediate_lr=intermediate_lr, progressive=progressive,
                                general_epochs=general_epochs, general_lr=general_lr,
                                general_rows=general_rows, general_teacher=general_teacher,
-                               general_cache=general_cache, cache_teacher_logits=not no_cache)
+                               general_cache=general_cache, cache_teacher_logits=not no_cache,
+                               **({"augment": augment} if augment else {}))
         record = run(teacher, out, task=task, config=config, data_dir=data_dir,
                      train_limit=train_limit, dev_limit=dev_limit, overwrite=overwrite,
                      user_data=_user_data(train_file, dev_file, text_columns, label_column, recorded=True))

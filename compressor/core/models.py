@@ -302,6 +302,31 @@ def _safe_weights(path: str) -> dict:
     return {}
 
 
+def refuse_pickle_only(path: str) -> None:
+    """One line, before anything else is loaded or written, for a folder whose weights are only a
+    pickle (``pytorch_model.bin``) holding more than tensors. The file is opened with PyTorch's
+    restricted unpickler, which rebuilds tensors and refuses any other object without running it,
+    as loading the folder would; a folder with safetensors weights is never opened here."""
+    if not os.path.isdir(path) or any(os.path.isfile(os.path.join(path, f)) for f in SAFE_WEIGHTS):
+        return
+    for name in sorted(f for f in os.listdir(path) if f.endswith(".bin")):
+        file = os.path.join(path, name)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+                except RuntimeError as exc:
+                    if "mmap" not in str(exc):   # a legacy (not zip) file cannot be mapped
+                        raise
+                    torch.load(file, map_location="cpu", weights_only=True)
+        except Exception as exc:   # noqa: BLE001 - whatever the unpickler refused
+            if "Weights only load failed" in str(exc) or isinstance(exc, __import__("pickle").UnpicklingError):
+                raise CompressorError(f"{file}: a pickle that holds more than tensors, which compressor "
+                                      "never loads (it could run code); save the model as safetensors") from None
+            raise CompressorError(f"{file}: unreadable weights ({str(exc).splitlines()[0][:200]})") from None
+
+
 def _refused_pickle(path: str, exc: BaseException) -> Optional[str]:
     """The pickle file of ``path`` that ``torch.load(weights_only=True)`` refused, if that is what failed."""
     seen = exc

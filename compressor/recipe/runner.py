@@ -97,6 +97,7 @@ def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optiona
             # the other processes of a data-parallel run train alongside rank 0, which alone
             # locks, checks and writes the folder and tells them which stages to run
             return _run_locked(recipe, out, data_dir, lambda msg: None, None)
+        preflight(recipe)   # what cannot work is said before the run folder is touched
         os.makedirs(out, exist_ok=True)
         with run_lock(out), terminate_cleanly():
             previous = _claim(out, recipe)
@@ -292,6 +293,24 @@ def _read_record(path: str) -> Optional[dict]:
     except (CompressorError, OSError, UnicodeDecodeError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def preflight(recipe: Recipe) -> None:
+    """One line, before the run folder is made or its manifest written, for what would only fail
+    once a stage starts: a CUDA device on a machine without one (the recipe's or a stage's), and a
+    teacher folder whose weights are only a pickle (never loaded)."""
+    from compressor.core.device import resolve_device
+    from compressor.core.models import refuse_pickle_only
+
+    devices = [(recipe.device, "device")] + [
+        (getattr(spec.config, "device", None), f"stage {spec.dirname}: device") for spec in recipe.stages]
+    for device, where in devices:
+        if isinstance(device, str) and device.lower().startswith("cuda"):
+            try:
+                resolve_device(device)
+            except CompressorError as exc:
+                raise CompressorError(f"{recipe.source}: {where}: {exc}") from None
+    refuse_pickle_only(resolve_model(recipe.teacher_model))
 
 
 def _check_teacher(recipe: Recipe, source: str) -> None:
