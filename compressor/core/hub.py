@@ -96,7 +96,8 @@ def write_loading_files(folder: str, model, shape: dict | None) -> str:
         config[SHAPE_KEY] = {
             "heads": shape["heads"], "ffn": shape["ffn"],
             "head_size": spec.hidden_size(model.config) // spec.num_heads(model.config),
-            **{k: shape[k] for k in ("head_index", "shared", "embedding_rank", "adapter_rank") if shape.get(k)},
+            **{k: shape[k] for k in ("head_index", "shared", "embedding_rank", "adapter_rank", "linear_rank")
+               if shape.get(k)},
             "layout": layout(model.config)}
         write_bytes(os.path.join(folder, MODELING_FILE), _template())
         how = "remote-code"
@@ -170,6 +171,10 @@ def _shape_lines(shape: dict | None, config: dict | None, spec) -> list:
         lines.append(f"- word embedding factorised at rank {shape['embedding_rank']}")
     if shape.get("adapter_rank"):
         lines.append(f"- per-layer low-rank adapters of rank {shape['adapter_rank']} on shared weights")
+    if shape.get("linear_rank"):
+        ranks = list(shape["linear_rank"].values())
+        lines.append(f"- {len(ranks)} Linear layers factorised as two smaller matrices (SVD), "
+                     f"ranks {min(ranks)} to {max(ranks)}")
     return lines
 
 

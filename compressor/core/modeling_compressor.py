@@ -2,7 +2,8 @@
 
 This file is copied, as it is, into every folder the compressor toolkit writes for a
 model whose layers differ from what ``config.json`` can say: pruned attention heads or
-FFN widths per layer, layers sharing weights, a factorised word embedding. Load such a
+FFN widths per layer, layers sharing weights, a factorised word embedding or Linears
+factorised into two smaller ones. Load such a
 folder with::
 
     from transformers import AutoModelForSequenceClassification
@@ -73,6 +74,27 @@ class LowRankAdapted(nn.Module):
     @property
     def bias(self):
         return self.base.bias
+
+
+class FactorisedLinear(nn.Module):
+    """A Linear as two smaller ones, ``up(down(x))``: ``down`` without bias, ``up`` with the original's."""
+
+    def __init__(self, in_features, out_features, rank, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features, self.rank = in_features, out_features, rank
+        self.down = nn.Linear(in_features, rank, bias=False, device=device, dtype=dtype)
+        self.up = nn.Linear(rank, out_features, bias=bias, device=device, dtype=dtype)
+
+    def forward(self, x):
+        return self.up(self.down(x))
+
+    @property
+    def weight(self):
+        return self.up.weight @ self.down.weight
+
+    @property
+    def bias(self):
+        return self.up.bias
 
 
 def _set(root, path, module):
@@ -155,6 +177,10 @@ def reshape(model, shape):
         paths = {name[:-len(".base")] for pair in shared.items() for name in pair if name.endswith(".base")}
         for path in sorted(paths):
             _set(model, path, LowRankAdapted(model.get_submodule(path), int(shape["adapter_rank"])))
+    for path, rank in (shape.get("linear_rank") or {}).items():
+        old = model.get_submodule(path)
+        _set(model, path, FactorisedLinear(old.in_features, old.out_features, int(rank), old.bias is not None,
+                                           device=old.weight.device, dtype=old.weight.dtype))
     tie(model, shared)
 
 

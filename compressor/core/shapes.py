@@ -38,7 +38,8 @@ _HEADS_WIDTH_ATTRS = ("all_head_size", "dim")
 # and handed to every layer as ``position_bias`` [batch, heads, query, key]).
 HEAD_INDEX = "compressor_head_index"
 _SHARED_BIAS_ARG = "position_bias"
-SHAPE_KEYS = ("layers", "heads", "ffn", "head_index", "shared", "embedding_rank", "adapter_rank")
+SHAPE_KEYS = ("layers", "heads", "ffn", "head_index", "shared", "embedding_rank", "adapter_rank",
+              "linear_rank")
 
 
 def shape_of(model: nn.Module) -> dict:
@@ -64,6 +65,11 @@ def shape_of(model: nn.Module) -> dict:
     adapters = adapter_rank_of(model)
     if adapters:
         shape["adapter_rank"] = adapters  # shared Linears (``<path>.base``) with per-layer low-rank terms
+    from compressor.core.lowrank import linear_ranks_of
+
+    ranks = linear_ranks_of(model)
+    if ranks:
+        shape["linear_rank"] = ranks      # {path: rank}: Linears factorised as up(down(x))
     return shape
 
 
@@ -73,7 +79,7 @@ def is_plain(shape: Optional[dict], config) -> bool:
         return True
     spec = arch_of(config)
     return (not shape.get("shared") and not shape.get("head_index") and not shape.get("embedding_rank")
-            and not shape.get("adapter_rank")
+            and not shape.get("adapter_rank") and not shape.get("linear_rank")
             and shape.get("layers", spec.num_layers(config)) == spec.num_layers(config)
             and all(h == spec.num_heads(config) for h in shape.get("heads", ()))
             and all(f == spec.ffn_size(config) for f in shape.get("ffn", ())))
@@ -255,6 +261,10 @@ def build_model(config, shape: Optional[dict], attn_implementation: Optional[str
         from compressor.core.sharing import rebuild_adapters
 
         rebuild_adapters(model, shape.get("shared") or {}, int(shape["adapter_rank"]))
+    if shape.get("linear_rank"):
+        from compressor.core.lowrank import rebuild_factorised
+
+        rebuild_factorised(model, shape["linear_rank"])
     return tie_shared(model, shape.get("shared") or {})
 
 
