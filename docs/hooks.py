@@ -439,6 +439,16 @@ def _registered_entries(cls) -> List[tuple]:
     return []
 
 
+def recipe_header() -> Optional[type]:
+    """The config dataclass of a recipe's header (None where the toolkit has none)."""
+    try:
+        module = importlib.import_module("compressor.recipe.header")
+    except ModuleNotFoundError:
+        return None
+    cls = getattr(module, "RecipeHeader", None)
+    return cls if isinstance(cls, type) and dataclasses.is_dataclass(cls) else None
+
+
 def render() -> str:
     page = Page()
     stages = registered_stages()
@@ -471,6 +481,13 @@ def render() -> str:
         page.add(f"| [`{name}`](#{_slug('stage', name)}) | {_cell(accepts)} | {_cell(makes)} | "
                  f"{_cell(_summary(entry))} |")
     page.add("")
+    header = recipe_header()
+    if header is not None:
+        page.stage = "header"
+        page.heading(2, "The recipe header", "header")
+        page.add("The keys of a recipe besides its stages' settings (`stages:` lists the stages "
+                 "below). A `teacher` given as a plain path is `teacher: {model: PATH}`.", "")
+        document(page, header, "", 2, "header")
     for name, entry in stages.items():
         page.stage = name
         cls = _config_class(entry)

@@ -201,8 +201,9 @@ def make_augmented(teacher_path: str, train_set: Dataset, config: AugmentConfig,
 def augment(model: str, out: str, config=None, task: Optional[str] = None, data_dir: Optional[str] = None,
             train_limit: Optional[int] = None, overwrite: bool = False, user_data=None, log=None,
             **settings) -> dict:
-    """Augment the training rows of the task checkpoint ``model`` (the teacher) into folder
-    ``out``, which ``DistillConfig(augment=out)`` then trains on.
+    """Augment the training rows of the task checkpoint ``model`` (the teacher, unless
+    ``config.teacher`` names another folder to label the rows) into folder ``out``, which
+    ``DistillConfig(augment=out)`` then trains on.
 
     ``config`` is an :class:`AugmentConfig` or a mapping (``{"copies": 20, "replace_rate": 0.4,
     "candidates": 15}``), keyword ``settings`` merged in. The training rows are those a
@@ -214,6 +215,7 @@ def augment(model: str, out: str, config=None, task: Optional[str] = None, data_
     from compressor.core.models import resolve_model
     from compressor.core.settings import config_from_dict
     from compressor.engine.scoring import _task_for
+    from compressor.engine.teacher import resolve_teacher
 
     if config is None or isinstance(config, dict):
         config = config_from_dict(AugmentConfig, {**(config or {}), **settings}, what="augment")
@@ -221,13 +223,14 @@ def augment(model: str, out: str, config=None, task: Optional[str] = None, data_
         config = replace(config, **settings)
     config.check()
     path = resolve_model(model)
+    teacher_path = resolve_teacher(config.teacher, path, None)   # the model that labels the rows
     task_spec, _ = _task_for(path, task)
     if os.path.isdir(out) and os.listdir(out) and read_record(out) is None and not overwrite:
         raise CompressorError(f"output folder {out} holds other files and no {RECORD}; choose an empty "
                               "or new folder (or --overwrite)")
     train_set, held = holdout.training_and_held(task_spec, data_dir, train_limit, user_data, path)
-    return make_augmented(path, train_set, config, out, exclude=(dev_rows(task_spec, data_dir, user_data), held),
-                          log=log)
+    return make_augmented(teacher_path, train_set, config, out,
+                          exclude=(dev_rows(task_spec, data_dir, user_data), held), log=log)
 
 
 def dev_rows(task_spec, data_dir: Optional[str], user_data=None) -> Optional[Dataset]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from compressor.core.device import PRECISIONS
 from compressor.core.settings import check_fields, positive, setting
 from compressor.core.settings import device as device_setting
+from compressor.engine.train_config import teacher_setting
 
 SOURCES = ("auto", "mlm", "embedding")
 
@@ -33,7 +34,7 @@ class AugmentConfig:
     device: str = setting("auto", check=device_setting)
     precision: str = setting("fp32", choices=PRECISIONS)   # of the teacher's forward passes
     cache: str = ""                   # a folder that keeps neighbour tables and augmented sets by digest; any run with the same teacher, rows and settings reuses them
-    teacher: str = "recipe"           # stage only: the model that labels the rows: recipe (the recipe's teacher), input, or a folder
+    teacher: str = teacher_setting()   # the model that labels the rows: input (the model the stage starts from), recipe (the recipe's teacher) or a folder
 
     def check(self) -> None:
         check_fields(self)

@@ -4,15 +4,14 @@ from __future__ import annotations
 from compressor.augment.api import dev_rows, make_augmented
 from compressor.augment.config import AugmentConfig
 from compressor.core.errors import CompressorError
-from compressor.core.models import resolve_model
 from compressor.core.registry import register_stage
+from compressor.engine.teacher import resolve_teacher
 
 
 @register_stage("augment", AugmentConfig, produces=None)
 def augment_stage(ctx, config: AugmentConfig) -> dict:
     """TinyBERT's task data augmentation: copies of the training rows with words replaced, labelled by the teacher."""
-    teacher_dir = resolve_model({"recipe": ctx.teacher_dir, "input": ctx.model_dir}.get(config.teacher)
-                                or config.teacher)
+    teacher_dir = resolve_teacher(config.teacher, ctx.model_dir, ctx.teacher_dir)
     try:
         held = ctx.split("holdout")
     except CompressorError:   # the teacher held no rows out

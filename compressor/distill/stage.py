@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from compressor.core.errors import CompressorError
-from compressor.core.models import count_parameters, load_for_task, resolve_model
+from compressor.core.models import count_parameters
 from compressor.core.registry import register_stage
 from compressor.engine.distiller import (DistillConfig, distill_model, general_text, load_augmented,
                                         load_general_teacher, student_meta)
 from compressor.engine.students import InputStudent, PretrainedStudent
+from compressor.engine.teacher import load_teacher
 
 
 @register_stage("distill", DistillConfig)
@@ -16,15 +16,13 @@ def distill_stage(ctx, config: DistillConfig) -> dict:
     """Train a student (fewer layers, narrower, another encoder, BiLSTM/CNN, or the input) from the teacher."""
     from compressor.core.models import save_checkpoint
 
-    teacher_dir = {"recipe": ctx.teacher_dir, "input": ctx.model_dir}.get(config.teacher)
-    teacher_dir = resolve_model(teacher_dir or config.teacher)
     if isinstance(config.student, InputStudent):
         # the stage's input model is the student (say, recovering a pruned model from the teacher)
         config = replace(config, student=PretrainedStudent(model=ctx.model_dir))
     attn = "eager" if config.losses.needs_attentions else None
-    teacher, tokenizer = load_for_task(teacher_dir, ctx.task, attn_implementation=attn)
-    if getattr(teacher.config, "num_labels", None) != ctx.task.num_labels:
-        raise CompressorError(f"teacher {teacher_dir} is not a {ctx.task.name} classifier")
+    # teacher: input (the stage's input model), recipe (the recipe's teacher) or a folder
+    teacher, tokenizer, teacher_dir = load_teacher(config.teacher, None, ctx.task, ctx.teacher_dir,
+                                                   ctx.model_dir, attn, frozen=False)
     general_set = general_text(config, ctx.task, ctx.data_dir, ctx.split("train"), ctx.split("dev"),
                                ctx.recipe.train_limit)
     general_teacher, general_path = load_general_teacher(config, ctx.task, teacher_dir, tokenizer, attn)

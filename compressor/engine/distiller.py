@@ -22,8 +22,11 @@ from compressor.engine.scoring import chance_check, predict_logits, score
 from compressor.core.settings import from_values, not_negative, setting
 from compressor.core import distributed
 from compressor.engine.train import TrackerLogs, TrainConfig, fit, set_seed, unwrap
+from compressor.engine.train_config import teacher_setting
 from compressor.engine.losses import KDSettings, Losses, LossSetup, Signals
-from compressor.engine.students import LayersStudent, StudentConfig, build_student, same_tokenizer
+from compressor.engine.students import (InputStudent, LayersStudent, PretrainedStudent, StudentConfig, build_student,
+                                        same_tokenizer)
+from compressor.engine.teacher import resolve_teacher
 
 
 @dataclass
@@ -42,7 +45,7 @@ class DistillConfig(TrainConfig):
     general_cache: str = ""            # a folder: the general phase is kept there and reused by any run with the same student, settings, general teacher and text
     cache_teacher_logits: bool = True  # run the teacher once over the train set when only logits are needed
     augment: str = ""                  # a folder of augmented rows (compressor augment; in a recipe, "recipe": its augment stage's): every phase but the general one trains on them too, the teacher's logits their only targets
-    teacher: str = "recipe"            # stage only: recipe (the recipe's teacher), input, or a folder
+    teacher: str = teacher_setting()   # input (the model the stage starts from), recipe (the recipe's teacher) or a folder
 
     def __post_init__(self):
         # mappings (Python callers, --student/--loss KEY=VALUE) become the typed sections
@@ -509,6 +512,8 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
             losses: Optional[dict] = None, user_data=None) -> dict:
     """Distil ``teacher`` (a task checkpoint) into a new student written to ``out``.
 
+    ``teacher`` is the input model: the teacher itself unless ``config.teacher`` names a folder
+    (then that folder teaches, and ``teacher`` gives the task, the data and a ``student: input``);
     ``student`` and ``losses`` (configs, or mappings as in a recipe) override those of ``config``;
     ``user_data`` (:class:`compressor.core.data.UserData`) trains on the user's own files.
     Returns the record also written to ``out/metrics.json``: the student's dev metrics,
@@ -523,17 +528,22 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     if losses is not None:
         config = replace(config, losses=losses)
     config.check()
-    teacher_path = resolve_model(teacher)
-    task_spec, _ = _task_for(teacher_path, task)
+    input_path = resolve_model(teacher)
+    teacher_path = resolve_teacher(config.teacher, input_path, None)
+    if isinstance(config.student, InputStudent) and teacher_path != input_path:
+        config = replace(config, student=PretrainedStudent(model=input_path))
+    task_spec, _ = _task_for(input_path, task)
     check_output_dir(out, overwrite)
     device = resolve_device(config.device)
     # a teacher trained on the user's files: those its compressor.json records, unless given
-    user_data = data_for(teacher_path, task_spec, user_data)
+    user_data = data_for(input_path, task_spec, user_data)
     # a teacher fine-tuned with --holdout: its students train without the rows it held out
-    train_set = holdout.training_rows(task_spec, data_dir, train_limit, user_data, teacher_path)
+    train_set = holdout.training_rows(task_spec, data_dir, train_limit, user_data, input_path)
     dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
     attn = "eager" if config.losses.needs_attentions else None
     net, tokenizer = load_for_task(teacher_path, task_spec, attn_implementation=attn)
+    if teacher_path != input_path and getattr(net.config, "num_labels", None) != task_spec.num_labels:
+        raise CompressorError(f"teacher {teacher_path} is not a {task_spec.name} classifier")
     teacher_max_length = read_meta(teacher_path).get("max_length", config.max_length)
     start = time.perf_counter()
     teacher_metrics = score(net.to(device), tokenizer, dev_set, teacher_max_length,
@@ -549,7 +559,7 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
                                                          general_teacher_path=general_path,
                                                          augmented=augmented)
     record = {
-        "task": task_spec.name, "split": "dev", "teacher": teacher,
+        "task": task_spec.name, "split": "dev", "teacher": teacher if teacher_path == input_path else teacher_path,
         "metrics": result["metrics"], "score": result["score"],
         "teacher_metrics": teacher_metrics, "teacher_score": teacher_score,
         "retention": round(result["score"] / teacher_score, 4) if teacher_score else None,

@@ -19,7 +19,7 @@ from compressor.core.errors import CompressorError
 from compressor.core.metrics import task_score
 from compressor.engine.scoring import score
 from compressor.engine.layerdrop import LayerDrop
-from compressor.engine.teacher import frozen_copy
+from compressor.engine.teacher import load_teacher
 from compressor.engine.train import Callback, fit, task_loss
 from compressor.engine.recovery import RecoveringConfig
 
@@ -123,19 +123,14 @@ class RecoveryJob:
 def load_with_teacher(model_dir: str, task, config, teacher_dir: Optional[str] = None):
     """``(model, tokenizer, teacher, teacher_tokenizer)`` for a method that recovers as
     ``config.recover`` says: the teacher (for distillation only) is an unchanged copy of the
-    model (``config.teacher`` input), the recipe's teacher (recipe) or a folder."""
-    from compressor.core.models import load_for_task, resolve_model
+    model (``config.teacher`` input), the recipe's teacher (recipe, ``teacher_dir``) or a folder
+    (:func:`compressor.engine.teacher.load_teacher`)."""
+    from compressor.core.models import load_for_task
 
     distill = config.recover.mode == "distill"
     attn = "eager" if distill and config.recover.losses.needs_attentions else None
     model, tokenizer = load_for_task(model_dir, task, attn_implementation=attn)
     if not distill:
         return model, tokenizer, None, None
-    if config.teacher == "input":
-        return model, tokenizer, frozen_copy(model), tokenizer
-    source = teacher_dir if config.teacher == "recipe" else resolve_model(config.teacher)
-    if not source:
-        raise CompressorError("teacher 'recipe' means the recipe's teacher, and there is none "
-                              "here; use teacher: input or a folder")
-    teacher, teacher_tok = load_for_task(source, task, attn_implementation=attn)
-    return model, tokenizer, teacher, teacher_tok
+    teacher, teacher_tok, _ = load_teacher(config.teacher, model, task, teacher_dir, model_dir, attn)
+    return model, tokenizer, teacher, teacher_tok or tokenizer

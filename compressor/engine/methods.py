@@ -53,7 +53,8 @@ def model_to_model(method: Callable, label: str) -> Callable:
     """The ``run`` of :func:`on_checkpoint` for a method that takes a loaded model and returns
     a new one: ``method(net, tokenizer, train_set, dev_set, config, desc=...) -> (net, record)``;
     the checkpoint is loaded through the loader registry and the result saved to ``out``;
-    keyword ``rows`` (early exit's ``calibration_set``) go on to ``method``."""
+    keyword ``rows`` (early exit's ``calibration_set``, a recipe stage's ``recipe_teacher``) go
+    on to ``method``."""
 
     def run(path, task_spec, train_set, dev_set, config, out, meta, **rows):
         from compressor.core.models import load_for_task, save_checkpoint

@@ -11,7 +11,7 @@ from compressor.core.errors import CompressorError
 from compressor.core.settings import check_fields, from_values, positive, setting
 from compressor.core.settings import device as device_setting
 from compressor.engine.losses import KDSettings, Losses
-from compressor.engine.train_config import TrainConfig
+from compressor.engine.train_config import TrainConfig, teacher_setting
 
 RECOVERY = ("none", "finetune", "distill")
 
@@ -57,7 +57,7 @@ class RecoveringConfig:
     max_length: int = setting(128, check=positive)
     seed: int = 42
     device: str = setting("auto", check=device_setting)
-    teacher: str = "input"       # distillation recovery: input (the unchanged model), recipe, or a folder
+    teacher: str = teacher_setting()   # distillation recovery: input (the unchanged model), recipe, or a folder
 
     def __post_init__(self):
         self.recover = from_values(RecoverSettings, self.recover, "recover")

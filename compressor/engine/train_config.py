@@ -6,6 +6,7 @@ these fields (and answer ``--help``) without loading the training stack.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -38,6 +39,29 @@ class TrainConfig:
 
     def check(self) -> None:
         check_fields(self)
+
+
+# -- the teacher ---------------------------------------------------------------
+
+# Every method that learns from a teacher takes ``teacher:`` with these values and this default;
+# compressor.engine.teacher resolves it (resolve_teacher, load_teacher).
+TEACHER_VALUES = ("input", "recipe")   # or a folder (an alias or hub id)
+DEFAULT_TEACHER = "input"
+TEACHER_HELP = ("the model this method learns from: input (the model the stage starts from, "
+                "unchanged), recipe (the recipe's teacher; only in a recipe) or a folder")
+
+
+def _teacher_problem(value, name, config=None) -> Optional[str]:
+    if not isinstance(value, str) or not value.strip():
+        return (f"{name} is input (the model the stage starts from), recipe (the recipe's teacher) "
+                f"or a folder, got {value!r}")
+    return None
+
+
+def teacher_setting():
+    """The ``teacher`` field of a method's config: one default and one meaning everywhere."""
+    return dataclasses.field(default=DEFAULT_TEACHER, metadata={"check": _teacher_problem,
+                                                                "help": TEACHER_HELP})
 
 
 # --report-to name -> the module that provides it, and how to install it

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 from compressor.core.presets import PRESET_NAMES
 from compressor.core.settings import check_fields, from_values, not_negative, positive, setting
-from compressor.engine.train_config import TrainConfig
+from compressor.engine.train_config import TrainConfig, teacher_setting
 from compressor.exit.rules import RULES
 
 TRAINING = ("two_stage", "self_distill", "joint")
@@ -57,8 +57,9 @@ class EarlyExitConfig(TrainConfig):
     own classifier), trained by ``training``:
 
     - ``two_stage`` (DeeBERT's second stage): the model fixed, each exit learns the labels;
-    - ``self_distill`` (FastBERT): the model fixed, each exit learns the model's own soft
-      targets at ``temperature`` (labels unused: unlabelled text suffices);
+    - ``self_distill`` (FastBERT): the model fixed, each exit learns the teacher's soft
+      targets at ``temperature`` (labels unused: unlabelled text suffices); the teacher is the
+      model itself (``teacher: input``), the recipe's teacher or a folder;
     - ``joint``: the model and its exits together on a weighted sum of every exit's task loss
       (``weighting`` linear: exit i weighs i, as PABEE and DeeBERT's joint baseline).
 
@@ -72,6 +73,7 @@ class EarlyExitConfig(TrainConfig):
     layers: Optional[List[int]] = setting(None, check=_layers)   # None / all: every layer but the last
     training: str = setting("two_stage", choices=TRAINING)
     temperature: float = setting(2.0, check=positive)    # self_distill
+    teacher: str = teacher_setting()   # self_distill's soft targets: input (the model's own, fixed), recipe (the recipe's teacher) or a folder
     weighting: str = setting("linear", choices=WEIGHTINGS)   # joint
     dropout: float = setting(0.1, check=not_negative)
     pooling: str = setting("mean", choices=("mean", "cls"))   # what a head reads: the mean of the real tokens' states, or the first token's

@@ -16,10 +16,11 @@ from compressor.exit.loader import KIND as ONNX_KIND
 
 
 def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig,
-                   desc: str = "early exit", calibration_set=None):
+                   desc: str = "early exit", calibration_set=None, recipe_teacher: Optional[str] = None):
     """Wrap the task ``model`` with exits, train them, calibrate the rule on held-out training
     rows (``calibrate.split: holdout``: on ``calibration_set``, the rows the teacher was fine-tuned
-    without); return the :class:`EarlyExitModel` and the record (dev scored once, at the end)."""
+    without); return the :class:`EarlyExitModel` and the record (dev scored once, at the end).
+    ``recipe_teacher``: the recipe's teacher folder (``teacher: recipe``)."""
     from compressor.core.device import resolve_device
     from compressor.engine.train import set_seed
     from compressor.exit.train import calibrate_model, exit_report, hold_out, train_exits
@@ -52,7 +53,10 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
         held = calibration_set.sample(config.calibrate.rows, config.seed)
     else:
         fit_set, held = hold_out(train_set, config.calibrate.rows, config.seed)
-    training = train_exits(net, tokenizer, fit_set, held, config, desc=desc)
+    teacher_logits = None
+    if config.training == "self_distill":   # soft targets from another model than this one
+        teacher_logits = exit_teacher_logits(config, tokenizer, fit_set, device, recipe_teacher)
+    training = train_exits(net, tokenizer, fit_set, held, config, desc=desc, teacher_logits=teacher_logits)
     calibration = calibrate_model(net, tokenizer, held, config, device, desc=f"{desc}: calibrate")
     report = exit_report(net, tokenizer, dev_set, config.max_length, device, desc=f"{desc}: dev")
     net.to("cpu").eval()
@@ -71,6 +75,23 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
         "train_time_s": round(time.perf_counter() - start, 2)}
 
 
+def exit_teacher_logits(config: EarlyExitConfig, tokenizer, train_set, device,
+                        recipe_teacher: Optional[str] = None):
+    """The soft targets of ``self_distill`` when ``config.teacher`` is not the model itself: the
+    teacher's logits for every training row, keyed by the model's token ids (None for
+    ``teacher: input``, whose targets are the model's own logits)."""
+    from compressor.engine.distiller import teacher_logits_cache
+    from compressor.engine.teacher import load_teacher, resolve_teacher
+
+    if resolve_teacher(config.teacher, None, recipe_teacher) is None:
+        return None
+    teacher, teacher_tokenizer, _ = load_teacher(config.teacher, None, train_set.task, recipe_teacher)
+    cache = teacher_logits_cache(teacher.to(device), teacher_tokenizer, tokenizer, train_set.examples,
+                                 config.max_length, device)
+    teacher.to("cpu")
+    return cache
+
+
 @register_stage("early_exit", EarlyExitConfig, accepts=(TRAINABLE,), produces=KIND)
 def early_exit_stage(ctx, config: EarlyExitConfig) -> dict:
     """Exit heads after the layers, trained and calibrated (entropy, patience or max probability)."""
@@ -79,7 +100,8 @@ def early_exit_stage(ctx, config: EarlyExitConfig) -> dict:
     run = model_to_model(run_early_exit, "early exit")
     held = ctx.split("holdout") if config.calibrate.split == "holdout" else None
     return run(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config, ctx.out_dir,
-               ctx.meta("early_exit", config.max_length), calibration_set=held)
+               ctx.meta("early_exit", config.max_length), calibration_set=held,
+               recipe_teacher=ctx.teacher_dir)
 
 
 @register_stage("early_exit_export", ExitExportConfig, accepts=(KIND,), produces=ONNX_KIND)

@@ -91,14 +91,24 @@ class ExitLoss:
     """``loss_fn(model, batch)`` of :func:`compressor.engine.train.fit` for each way of training."""
 
     def __init__(self, config: EarlyExitConfig, cache: Optional[FeatureCache], exits: int,
-                 regression: bool):
+                 regression: bool, teacher_logits: Optional[dict] = None):
         self.config, self.cache, self.regression = config, cache, regression
+        # self_distill from another teacher than the model: its logits keyed by token ids
+        self.teacher_logits = teacher_logits
         n = exits + 1  # the model's own classifier weighs in too when it trains (joint)
         weights = [float(i + 1) for i in range(n)] if config.weighting == "linear" else [1.0] * n
         self.weights = torch.tensor(weights) / sum(weights)
 
     def _soft(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
         return soft_targets(student, teacher, self.config.temperature)
+
+    def _teacher(self, batch: dict) -> torch.Tensor:
+        lengths = batch["attention_mask"].cpu().sum(1).tolist()
+        try:
+            return torch.stack([self.teacher_logits[_key(row[:n])] for row, n in
+                                zip(batch["input_ids"].cpu().tolist(), lengths)])
+        except KeyError:
+            raise CompressorError("a training row has no teacher logits") from None
 
     def __call__(self, model, batch: dict) -> torch.Tensor:
         mode = self.config.training
@@ -117,6 +127,8 @@ class ExitLoss:
             out = model(**{k: v for k, v in batch.items() if k != "labels"})
             exit_logits, final = out.exit_logits[:, :-1], out.exit_logits[:, -1].detach()
         k = exit_logits.shape[1]
+        if mode == "self_distill" and self.teacher_logits is not None:
+            final = self._teacher(batch).to(exit_logits.device)
         if mode == "self_distill":
             return sum(self._soft(exit_logits[:, i], final) for i in range(k)) / k
         return sum(task_loss(exit_logits[:, i], batch["labels"]) for i in range(k)) / k
@@ -130,9 +142,11 @@ class KeepLast(Callback):
 
 
 def train_exits(model: EarlyExitModel, tokenizer, train_set, held_set, config: EarlyExitConfig,
-                desc: str = "exits") -> dict:
+                desc: str = "exits", teacher_logits: Optional[dict] = None) -> dict:
     """Train ``model``'s exits (and, for ``joint``, the model) on ``train_set``; the loop's
-    evaluations score ``held_set`` (held-out training rows), and the last weights are kept."""
+    evaluations score ``held_set`` (held-out training rows), and the last weights are kept.
+    ``teacher_logits`` (token ids -> logits): ``self_distill``'s targets where the teacher is
+    not the model itself."""
     from compressor.core.device import resolve_device
 
     device = resolve_device(config.device)
@@ -148,7 +162,7 @@ def train_exits(model: EarlyExitModel, tokenizer, train_set, held_set, config: E
         cache = FeatureCache(model, tokenizer, train_set.examples, config.max_length,
                              max(64, config.batch_size), device, desc=f"{desc}: exit inputs")
         cache_s = time.perf_counter() - start
-    loss = ExitLoss(config, cache, len(model.exit_layers), model.regression)
+    loss = ExitLoss(config, cache, len(model.exit_layers), model.regression, teacher_logits)
     set_seed(config.seed)
     model.backbone_fixed = fixed   # no dropout in the fixed model (the heads keep theirs)
     # heads alone are tiny: one thread, or each step waits on a busy machine's other cores

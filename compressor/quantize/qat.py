@@ -16,7 +16,7 @@ what training simulated.
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -101,11 +101,12 @@ def strip_qat(model: nn.Module) -> nn.Module:
 
 def qat_train(model: nn.Module, tokenizer, train_set, dev_set, config, per_channel: bool = True,
               reduce_range: bool = False, distill_alpha: float = 0.5, temperature: float = 2.0,
-              desc: str = "qat") -> dict:
+              desc: str = "qat", teacher: Optional[nn.Module] = None) -> dict:
     """Fake-quantised fine-tuning of ``model`` in place (left holding its best dev weights, unwrapped).
 
     ``config`` is a ``compressor.engine.train.TrainConfig``; ``distill_alpha`` > 0
-    adds soft targets from a frozen copy of the FP32 model as it is now.
+    adds soft targets from ``teacher`` (frozen; by default a frozen copy of the FP32 model as it
+    is now: ``teacher: input``).
     Returns the training history plus the dev score of the fake-quantised
     model before training (what post-training quantisation alone gives).
     """
@@ -118,7 +119,12 @@ def qat_train(model: nn.Module, tokenizer, train_set, dev_set, config, per_chann
 
     set_seed(config.seed)
     device = resolve_device(config.device)
-    teacher = frozen_copy(model).to(device) if distill_alpha > 0 else None
+    if distill_alpha <= 0:
+        teacher = None
+    elif teacher is None:
+        teacher = frozen_copy(model).to(device)
+    else:
+        teacher = teacher.to(device)
     count = prepare_qat(model, per_channel, reduce_range)
     model.to(device)
     before = score(model, tokenizer, dev_set, config.max_length, 64, device, desc="score fake-int8")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from compressor.core.settings import check_fields, from_values, not_negative, positive, setting
-from compressor.engine.train_config import TrainConfig
+from compressor.engine.train_config import TrainConfig, teacher_setting
 
 SCHEDULES = ("constant", "linear")
 INITS = ("last", "first", "prefix")
@@ -25,7 +25,8 @@ def _no_epochs(value, name, config=None):
 
 @dataclass
 class TheseusKD:
-    """Soft targets from the predecessor, added to the task loss in both phases."""
+    """Soft targets from the teacher (the predecessor unless ``teacher`` says otherwise), added
+    to the task loss in both phases."""
 
     weight: float = setting(0.0, check=not_negative)   # 0 = the task loss alone
     temperature: float = setting(1.0, check=positive)
@@ -53,6 +54,7 @@ class TheseusConfig(TrainConfig):
     finetune_lr: float = setting(0.0, check=not_negative)    # phase 2's learning rate; 0 = lr
     freeze_shared: bool = True    # phase 1 trains the successors alone (embeddings and classifier frozen too)
     kd: TheseusKD = field(default_factory=TheseusKD)
+    teacher: str = teacher_setting()   # kd's soft targets: input (the predecessor, unchanged), recipe (the recipe's teacher) or a folder
 
     def __post_init__(self):
         self.kd = from_values(TheseusKD, self.kd, "kd")

@@ -4,7 +4,8 @@ Phase 1 (replacing): each group of predecessor layers is replaced by its success
 probability p at every step, the predecessor frozen; dev scores use the successors alone.
 Phase 2 (fine-tuning): the successors alone, an ordinary ``num_layers``-layer model, are
 fine-tuned. The loss is the task's, plus ``kd.weight`` times soft targets from the
-predecessor (the input model) where that weight is not 0.
+teacher where that weight is not 0: the predecessor (the input model, ``teacher: input``), the
+recipe's teacher (``recipe``) or a folder.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from compressor.core.metrics import task_score
 from compressor.core.models import count_parameters
 from compressor.core.registry import register_stage
 from compressor.engine.scoring import score
-from compressor.engine.teacher import TeacherLoss, frozen_copy
+from compressor.engine.teacher import TeacherLoss, load_teacher
 from compressor.engine.train import fit, set_seed
 from compressor.theseus.config import TheseusConfig
 from compressor.theseus.replace import Replacing, group_sizes, successor_model, theseus_model
@@ -40,9 +41,11 @@ class TheseusLoss(TeacherLoss):
         return loss
 
 
-def run_theseus(model, tokenizer, train_set, dev_set, config: TheseusConfig, desc: str = "theseus"):
+def run_theseus(model, tokenizer, train_set, dev_set, config: TheseusConfig, desc: str = "theseus",
+                recipe_teacher: Optional[str] = None):
     """Compress the task ``model`` (changed in place) into its successors; return the
-    ``num_layers``-layer model and the record."""
+    ``num_layers``-layer model and the record. ``recipe_teacher``: the recipe's teacher folder
+    (``teacher: recipe``)."""
     config.check()
     set_seed(config.seed)
     device = resolve_device(config.device)
@@ -54,7 +57,10 @@ def run_theseus(model, tokenizer, train_set, dev_set, config: TheseusConfig, des
     model.to(device)
     before = score(model, tokenizer, dev_set, config.max_length, max(64, config.batch_size), device,
                    desc="score predecessor")
-    teacher = frozen_copy(model) if config.kd.weight else None
+    teacher = None
+    if config.kd.weight:   # a frozen copy of the predecessor (teacher: input), or the folder loaded
+        teacher = load_teacher(config.teacher, model, dev_set.task, recipe_teacher,
+                               tokenizer=tokenizer)[0].to(device)
     loss_fn = TheseusLoss(teacher, config.kd.weight, config.kd.temperature)
     theseus_model(model, config.num_layers, config.init, config.freeze_shared)
     replacing = Replacing(config.schedule, config.rate, config.k, config.b)
@@ -87,7 +93,7 @@ def theseus_stage(ctx, config: TheseusConfig) -> dict:
 
     run = model_to_model(run_theseus, "theseus")
     return run(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config, ctx.out_dir,
-               ctx.meta("theseus", config.max_length))
+               ctx.meta("theseus", config.max_length), recipe_teacher=ctx.teacher_dir)
 
 
 def theseus(model: str, out: str, config=None, task: Optional[str] = None,
