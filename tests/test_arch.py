@@ -8,6 +8,8 @@ from compressor.core.arch import ARCHITECTURES, arch_of, uses_token_type_ids
 from compressor.core.errors import CompressorError
 from conftest import ARCHS, tiny_config
 
+pytestmark = pytest.mark.unit
+
 
 def classifier(arch):
     config = tiny_config(arch)

@@ -23,6 +23,8 @@ from compressor.export import export_onnx
 from compressor.export.onnx import example_texts
 from compressor.export.runtime import Predictor
 
+pytestmark = pytest.mark.e2e
+
 QUICK = dict(epochs=1, batch_size=16, max_length=32, lr=1e-3, device="cpu")
 
 

@@ -12,6 +12,8 @@ from compressor.core.data import load_split
 from compressor.core.errors import CompressorError
 from compressor.core.results import REQUIRED, read_results
 
+pytestmark = pytest.mark.e2e
+
 
 
 @pytest.fixture(scope="module")
@@ -230,6 +232,7 @@ def interference_attempt(workers, count: int, block: int, pause_s: float) -> dic
             "p50_alone_ms": {n: round(1000 * float(before[n]), 2) for n in before}}
 
 
+@pytest.mark.perf
 def test_interleaved_variants_time_as_they_do_alone_at_two_threads(minilm_pair):
     """Issue 15: interleaved in one process, an idle variant's spinning threads (onnxruntime's
     pool, PyTorch's OpenMP team) took the cores from the one being timed, near doubling its

@@ -4,6 +4,8 @@ import torch
 
 from compressor.engine.train import Callback, TrainConfig, fit, set_seed
 
+pytestmark = pytest.mark.unit
+
 QUICK = dict(epochs=2, batch_size=16, max_length=16, lr=2e-3, device="cpu")
 
 

@@ -12,9 +12,11 @@ from click.testing import CliRunner
 from compressor.cli import cli, main
 from conftest import save_sst2_classifier
 
+pytestmark = pytest.mark.unit
+
 # the commands that work on one model: MODEL is their first positional argument
-MODEL_COMMANDS = ("finetune", "distill", "prune", "share", "theseus", "early-exit", "early-exit-export",
-                  "quantize", "export", "eval", "predict")
+MODEL_COMMANDS = ("finetune", "distill", "prune", "share", "lowrank", "theseus", "early-exit",
+                  "early-exit-export", "quantize", "export", "eval", "predict")
 
 
 def walk(group=cli, path=("compressor",)):

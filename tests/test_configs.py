@@ -14,6 +14,8 @@ from compressor.quantize import configs as Q
 from compressor.core.settings import config_from_dict, setting
 from conftest import save_sst2_classifier, write_reviews
 
+pytestmark = pytest.mark.unit
+
 HEAD = "name: t\ntask: sst2\nteacher: {model: m}\nstages:\n"
 
 

@@ -11,6 +11,8 @@ from compressor.core.data import (
 )
 from compressor.core.errors import CompressorError
 
+pytestmark = pytest.mark.unit
+
 GLUE_DIR = os.environ.get("GLUE_DIR") or str(Path(__file__).resolve().parent.parent.parent / "shared" / "glue_data")
 
 COUNTS = {  # from the GLUE folder's README

@@ -9,6 +9,8 @@ from safetensors.torch import load_file
 
 from compressor.core.distributed import shard
 
+pytestmark = pytest.mark.e2e
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -5,6 +5,9 @@ import os
 
 from bench.experiments import early_exit_server_summary as summary
 from compressor.core.results import row, write_results
+import pytest
+
+pytestmark = pytest.mark.unit
 
 TASKS = ("sst2", "mrpc", "stsb", "rte", "cola")
 # variant -> (score offset from the teacher, p50 at 1 thread, p50 at 16 threads)

@@ -11,6 +11,8 @@ import pytest
 from compressor.cli import main
 from conftest import save_sst2_classifier, write_reviews
 
+pytestmark = pytest.mark.unit
+
 
 def run_cli(capsys, *args):
     with pytest.raises(SystemExit) as exit_info:

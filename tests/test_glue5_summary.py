@@ -7,6 +7,8 @@ import pytest
 
 from bench.experiments import mpnet_glue5_summary as summary
 
+pytestmark = pytest.mark.unit
+
 
 def write(folder, name, score, **more):
     os.makedirs(folder, exist_ok=True)

@@ -23,6 +23,8 @@ from compressor.core.loaders import register_loader
 from compressor.core.models import checkpoint_meta, count_parameters, load_for_task, save_checkpoint
 from compressor.core.shapes import resize_layers
 
+pytestmark = pytest.mark.unit
+
 SST2 = get_task("sst2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMBEDDED_DEV = os.path.join(ROOT, "compressor", "core", "data", "embedded", "sst2", "dev.tsv")

@@ -8,6 +8,8 @@ import pytest
 from compressor.core.errors import CompressorError
 from compressor.core.metrics import compute_metrics, glue_score, task_score
 
+pytestmark = pytest.mark.unit
+
 
 def test_accuracy_and_f1():
     # refs 1 0 0 1, preds 1 0 1 1: 3/4 right; tp=2 fp=1 fn=0 -> P=2/3 R=1 F1=0.8

@@ -12,6 +12,8 @@ from compressor.core.io import atomic_dir
 from compressor.core.models import (count_parameters, load_for_task, resolve_model, save_checkpoint,
                                size_on_disk)
 
+pytestmark = pytest.mark.unit
+
 
 def test_base_encoder_gets_a_head_sized_for_the_task(tiny_models):
     model, tokenizer = load_for_task(tiny_models["bert"], get_task("rte"))

@@ -12,6 +12,8 @@ import yaml
 
 from compressor.recipe import run_recipe
 
+pytestmark = pytest.mark.e2e
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 RECIPES = sorted(glob.glob(os.path.join(ROOT, "recipes", "mpnet", "*.yaml")))
 

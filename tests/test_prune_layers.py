@@ -14,6 +14,8 @@ from compressor.prune.configs import LayersPruneConfig
 from compressor.engine.job import RecoveryJob
 from compressor.prune.layers import LayerDrop, keep_layers, prune_layers
 
+pytestmark = pytest.mark.unit
+
 SENTENCES = ["the film was good, and long 3", "an awful, sad and poor film", "fine"]
 
 

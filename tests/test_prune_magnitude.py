@@ -17,6 +17,8 @@ from compressor.prune.magnitude import (MaskKeeper, chosen_weights, cubic_sparsi
 from compressor.engine.train import Callback, TrainState
 from conftest import tiny_config
 
+pytestmark = pytest.mark.unit
+
 RECOVER = dict(epochs=1, batch_size=16, max_length=32, lr=2e-3, warmup=0.0, device="cpu", seed=0)
 
 

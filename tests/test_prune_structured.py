@@ -11,6 +11,8 @@ import transformers
 from conftest import save_sst2_classifier, tiny_config
 from test_cli import assert_one_line_error, run_cli
 
+pytestmark = pytest.mark.unit
+
 
 def _classifier(arch: str, layers: int = 3, heads: int = 4):
     config = tiny_config(arch)

@@ -18,6 +18,8 @@ from compressor.engine.teacher import frozen_copy
 
 from conftest import tiny_config
 
+pytestmark = pytest.mark.unit
+
 TRAIN_ROWS, DEV_ROWS = 2000, 120
 
 

@@ -2,6 +2,9 @@
 import json
 
 from compressor.cli import main
+import pytest
+
+pytestmark = pytest.mark.e2e
 
 
 def test_minilm_recipe_run_then_eval_and_predict(tmp_path, capsys):

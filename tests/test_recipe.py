@@ -11,6 +11,8 @@ from compressor.recipe import (RecipeError, load_recipe, register_stage, run_rec
                                validate_recipe)
 from compressor.core.registry import all_stages
 
+pytestmark = pytest.mark.unit
+
 
 def write(tmp_path, text, name="r.yaml"):
     path = tmp_path / name
@@ -44,7 +46,7 @@ stages:
     ("task: sst2\nteacher: {model: m}\nstages:\n  - finetune: {batch_size: 2.5}\n", 4,
      "batch_size must be an integer"),
     ("task: sst9\nteacher: {model: m}\n", 1, "unknown task 'sst9'"),
-    ("task: sst2\nteachr: {model: m}\n", 2, "unknown key 'teachr'"),
+    ("task: sst2\nteachr: {model: m}\n", 2, "recipe has no setting 'teachr'"),
     ("task: sst2\nteacher: {model: m}\nstages: [finetune: {epochs: 1}\n", 4, "not valid YAML"),
     ("task: sst2\nteacher: {model: m}\ndata: {train_limit: -3}\n", 3, "positive integer"),
     ("task: sst2\nteacher: {model: m}\nstages:\n  - finetune: {precision: fp8}\n", 4,

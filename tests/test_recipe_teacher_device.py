@@ -8,6 +8,9 @@ import compressor.recipe.stage  # noqa: F401  imported before any patch of compr
 import compressor.engine.scoring as scoring  # its own resolve_device is the real one once a patch is undone
 from compressor.recipe import run_recipe
 from tests.conftest import save_sst2_classifier
+import pytest
+
+pytestmark = pytest.mark.unit
 
 
 def test_the_teacher_and_its_batches_are_on_one_device(tmp_path, minilm_dir, glue_dir, monkeypatch):

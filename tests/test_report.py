@@ -10,6 +10,8 @@ from compressor.cli import cli
 from compressor.core.errors import CompressorError
 from compressor.core.results import REQUIRED, row, write_results
 
+pytestmark = pytest.mark.unit
+
 
 def _timed(name, group, p50, value, teacher=90.0, threads=1, engine="onnxruntime"):
     return row(name, "sst2", "accuracy", value, teacher, parameters=1000, size_bytes=4_000_000,

@@ -5,6 +5,9 @@ import shutil
 
 from bench.experiments.seed_done import committed, main
 from compressor.recipe.schema import load_recipe
+import pytest
+
+pytestmark = pytest.mark.unit
 
 RECIPE = """name: t
 task: sst2

@@ -5,6 +5,9 @@ import os
 
 from bench.experiments import seed_latency_table as table
 from compressor.core.results import row, write_results
+import pytest
+
+pytestmark = pytest.mark.unit
 
 P50 = {"teacher": 100.0, "ort-o2-int8": 25.0, "teacher-int8": 24.0, "student6-int8": 10.0, "tinybert4-int8": 2.0}
 

@@ -16,6 +16,8 @@ from compressor.core.errors import CompressorError
 from compressor.core.models import count_parameters
 from compressor.core.sharing import factorise_embedding, share_layers
 
+pytestmark = pytest.mark.unit
+
 
 def _classifier(arch="bert", layers=4, seed=0):
     torch.manual_seed(seed)

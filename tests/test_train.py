@@ -11,6 +11,8 @@ from compressor.engine.scoring import evaluate, predict
 from compressor.engine.train import TrainConfig, finetune
 from conftest import write_reviews
 
+pytestmark = pytest.mark.unit
+
 QUICK = dict(epochs=1, batch_size=16, max_length=32, lr=1e-3, device="cpu")
 
 

@@ -5,6 +5,8 @@ import pytest
 from compressor.core.data import get_task, load_data, unlabelled_text
 from compressor.core.errors import CompressorError
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_pool_holds_every_tasks_training_sentences_and_none_of_the_dev_set(glue_dir):
     task = get_task("stsb")

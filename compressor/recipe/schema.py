@@ -11,12 +11,9 @@ from compressor.core.errors import CompressorError
 from compressor.engine.train import TrainConfig
 from compressor.core.settings import SettingsError, config_from_dict, device_problem
 from compressor.core.registry import TRAINABLE, get_stage
+from compressor.recipe.header import build_header
 from compressor.recipe.yamlfile import LineDict, LineList, load_yaml, parse_yaml
 
-TOP_KEYS = ("name", "description", "task", "data", "teacher", "device", "seed", "stages")
-DATA_KEYS = ("dir", "train_limit", "dev_limit", "train_file", "dev_file", "text_columns",
-             "label_column")
-TEACHER_KEYS = ("model", "finetune")
 
 
 @dataclass
@@ -101,7 +98,11 @@ def _build(doc, path: str, digest: str, device_override: Optional[str],
 
     if not isinstance(doc, LineDict):
         raise RecipeError([f"{path}:1: a recipe is a mapping with task, teacher and stages"])
-    _unknown_keys(doc, TOP_KEYS, "key", problem)
+    # the header (every key but the stages' settings) is a typed config, checked as a stage's is
+    header, found = build_header(doc, device_override, teacher_override)
+    for keys, message in sorted(found, key=lambda p: _line_of(doc, p[0], 1)):
+        problem(_line_of(doc, keys, 1), message)
+    wrong = {keys[0] for keys, _ in found if keys}
 
     data = doc.get("data", LineDict())
     user_files = isinstance(data, LineDict) and ("train_file" in data or "dev_file" in data)
@@ -110,7 +111,7 @@ def _build(doc, path: str, digest: str, device_override: Optional[str],
         if task_override is not None:
             problem(data.line_of("train_file"), "--task cannot override a recipe that trains on "
                                                 "its own files (data.train_file)")
-        user_data, task = _user_data(data, doc.get("task"), problem)
+        user_data, task = _user_data(data, doc.get("task"), problem, path)
     elif task_override is not None:
         try:
             task = get_task(str(task_override))
@@ -118,58 +119,35 @@ def _build(doc, path: str, digest: str, device_override: Optional[str],
             problems.append(f"--task: {exc}")
     elif "task" not in doc:
         problem(1, "missing 'task' (e.g. task: sst2), or data.train_file for your own files")
-    else:
+    elif "task" not in wrong:
         try:
-            task = get_task(str(doc["task"]))
+            task = get_task(str(header.task))
         except CompressorError as exc:
             problem(doc.line_of("task"), str(exc))
 
-    seed = doc.get("seed", 42)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        problem(doc.line_of("seed"), f"seed must be an integer, got {seed!r}")
-        seed = 42
-    device = device_override or doc.get("device", "auto")
-    if device_problem(device):
-        problem(doc.line_of("device"), ("--device: " if device_override else "") + device_problem(device))
-        device = "auto"
-
-    data_dir, train_limit, dev_limit = None, None, None
-    if not isinstance(data, LineDict):
-        problem(doc.line_of("data"), f"data must be a mapping ({', '.join(DATA_KEYS)})")
-    else:
-        _unknown_keys(data, DATA_KEYS, "data key", problem)
-        data_dir = data.get("dir")
-        if data_dir is not None and not isinstance(data_dir, str):
-            problem(data.line_of("dir"), f"data.dir must be a path, got {data_dir!r}")
-        for key in ("train_limit", "dev_limit"):
-            value = data.get(key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                problem(data.line_of(key), f"data.{key} must be a positive integer, got {value!r}")
-        train_limit, dev_limit = data.get("train_limit"), data.get("dev_limit")
+    seed = header.seed
+    device = header.device if "device" not in wrong else "auto"
+    if device_override:
+        device = device_override
+        if device_problem(device):
+            problem(doc.line_of("device"), "--device: " + device_problem(device))
+            device = "auto"
+    data_dir, train_limit, dev_limit = header.data.dir, header.data.train_limit, header.data.dev_limit
 
     teacher_model, teacher_finetune = None, None
     teacher = doc.get("teacher") if teacher_override is None else teacher_override
     defaults = {"device": device, "seed": seed}
     if teacher is None:
         problem(1, "missing 'teacher' (teacher: {model: PATH} or a base model plus finetune settings)")
-    elif isinstance(teacher, str):
-        teacher_model = teacher
-    elif not isinstance(teacher, LineDict):
-        problem(doc.line_of("teacher"), "teacher must be a checkpoint path or a mapping with model and finetune")
-    else:
-        _unknown_keys(teacher, TEACHER_KEYS, "teacher key", problem)
-        teacher_model = teacher.get("model")
-        if not isinstance(teacher_model, str):
-            problem(teacher.line_of("model"), "teacher.model must name a checkpoint folder, alias or hub id")
-        if "finetune" in teacher:
-            settings = teacher["finetune"] if teacher["finetune"] is not None else LineDict()
-            teacher_finetune = _config(TrainConfig, settings, defaults, teacher.line_of("finetune"),
-                                       "teacher.finetune", problem)
+    elif "teacher" not in wrong:
+        teacher_model, teacher_finetune = header.teacher.model, header.teacher.finetune
+        hint = beside_recipe(path, teacher_model) if isinstance(teacher_model, str) else None
+        if hint and teacher_override is None:
+            problem(doc.line_of("teacher"), f"teacher {teacher_model!r}: {hint}")
 
     stages: List[StageSpec] = []
     raw_stages = doc.get("stages", LineList())
-    if not isinstance(raw_stages, LineList):
-        problem(doc.line_of("stages"), "stages must be a list, one '- name: {settings}' per stage")
+    if not isinstance(raw_stages, LineList):   # the header said so
         raw_stages = LineList()
     kind, previous = TRAINABLE, "the teacher"
     for i, item in enumerate(raw_stages):
@@ -203,21 +181,15 @@ def _build(doc, path: str, digest: str, device_override: Optional[str],
 
     if problems:
         raise RecipeError(problems)
-    name = doc.get("name") or os.path.splitext(os.path.basename(path))[0]
+    name = header.name or os.path.splitext(os.path.basename(path))[0]
     return Recipe(source=path, name=str(name), task=task, teacher_model=teacher_model,
                   teacher_finetune=teacher_finetune, data_dir=data_dir, user_data=user_data,
                   train_limit=train_limit,
                   dev_limit=dev_limit, device=device, seed=seed,
-                  description=str(doc.get("description", "")), stages=stages, digest=digest)
+                  description=header.description, stages=stages, digest=digest)
 
 
-def _unknown_keys(mapping: LineDict, allowed, what: str, problem) -> None:
-    for key in mapping:
-        if key not in allowed:
-            problem(mapping.line_of(key), f"unknown {what} '{key}'; use {', '.join(allowed)}")
-
-
-def _user_data(data: LineDict, task_name, problem):
+def _user_data(data: LineDict, task_name, problem, path: str = ""):
     """The user's own files as the task; their labels come from the training file."""
     columns = data.get("text_columns")
     if isinstance(columns, str):
@@ -230,7 +202,8 @@ def _user_data(data: LineDict, task_name, problem):
     for key in ("train_file", "dev_file"):
         value = data.get(key)
         if value is not None and not (isinstance(value, str) and os.path.isfile(value)):
-            problem(data.line_of(key), f"data.{key}: no such file {value!r}")
+            hint = beside_recipe(path, value) if isinstance(value, str) else None
+            problem(data.line_of(key), f"data.{key}: no such file {value!r}" + (f"; {hint}" if hint else ""))
             return None, None
         files[key] = value
     label = data.get("label_column", "label")
@@ -281,3 +254,17 @@ def _line_of(settings, keys, line: int) -> int:
         else:
             break
     return line
+
+
+def beside_recipe(recipe_path: str, value: str) -> Optional[str]:
+    """What to say when a relative path in a recipe is missing from the working directory but
+    exists beside the recipe: relative paths in a recipe are read from where compressor runs, as
+    on the command line (the committed recipes are written from the checkout's root)."""
+    if os.path.isabs(value) or os.path.exists(value):
+        return None
+    beside = os.path.join(os.path.dirname(os.path.abspath(recipe_path)), value)
+    if not os.path.exists(beside):
+        return None
+    return (f"no such path from the working directory {os.getcwd()} (relative paths in a recipe "
+            f"are read from where compressor runs), but {beside} exists beside the recipe: run from "
+            f"{os.path.dirname(os.path.abspath(recipe_path))} or write the path from here")
