@@ -301,6 +301,9 @@ class BenchConfig:
     threads: List[int] = field(default_factory=lambda: [1])
     batch_sizes: List[int] = field(default_factory=lambda: [32])   # throughput, besides batch 1
     throughput_batches: int = 4        # batches per batch size and variant
+    # how throughput batches are formed (export.runtime.batch_groups), each timed: padded (rows
+    # as they come, each batch padded to its longest), sorted or bucketed (padding-free)
+    batching: List[str] = field(default_factory=lambda: ["padded"])
     score: bool = True                 # the dev metric of every variant
     memory: bool = True                # peak resident memory of each variant's own process
     seed: int = 0
@@ -409,15 +412,23 @@ def rounds_latency(workers, sentences, block: int, pause_s: float) -> Dict[str, 
 
 
 def rounds_throughput(workers, texts: Sequence, batch_size: int, batches: int,
-                      pause_s: float) -> Dict[str, float]:
+                      pause_s: float, batching: str = "padded",
+                      padding: Optional[dict] = None) -> Dict[str, float]:
     """Sentences per second over ``batches`` real batches padded to their longest; round ``i``:
-    every worker in turn runs batch ``i`` (after a pause and a batch-1 wake-up run)."""
+    every worker in turn runs batch ``i`` (after a pause and a batch-1 wake-up run).
+
+    The rows are the first ``batches`` x ``batch_size`` of ``texts`` whatever ``batching`` says:
+    ``padded`` takes them as they come; ``sorted`` and ``bucketed`` regroup those same rows by
+    token count (``export.runtime.batch_groups``), so the ways are timed on one set of rows.
+    ``padding``, when given, receives each worker's share of padded tokens computed."""
     groups = [list(texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)]
     groups = [g for g in groups if len(g) == batch_size][:batches] or [list(texts[:batch_size])]
-    key = f"batch{batch_size}"
+    key = f"batch{batch_size}" + ("" if batching == "padded" else f"-{batching}")
     flat = [_jsonable_text(t) for g in groups for t in g]
     for w in workers:
-        w.call("feeds", key=key, texts=flat, batch_size=len(groups[0]))
+        fed = w.call("feeds", key=key, texts=flat, batch_size=len(groups[0]), batching=batching)
+        if padding is not None and fed.get("padded_tokens"):
+            padding[w.name] = round(1 - fed["tokens"] / fed["padded_tokens"], 4)
         w.call("warm", key=key, indices=list(range(len(groups) if _warm_every_shape(w.spec) else 1)))
     spent = {w.name: 0.0 for w in workers}
     n = len(workers)
@@ -635,13 +646,36 @@ def benchmark(specs: Sequence[Spec], task, dev, config: BenchConfig, teacher_val
                 results[(name, threads, 1)] = {"latency_ms": percentiles(measured), "sentences": len(measured)}
             other_load[threads] = load.share
             for bs in config.batch_sizes:
-                log(f"batch {bs}: throughput, in rounds")
-                rates = rounds_throughput(workers, batch_texts, bs, config.throughput_batches, config.pause_s)
-                for name, rate in rates.items():
-                    results[(name, threads, bs)] = {"throughput": rate}
+                by_way: Dict[str, Dict[str, float]] = {}
+                padding: Dict[str, Dict[str, float]] = {}
+                for way in config.batching:
+                    log(f"batch {bs}: throughput, {way} batches, in rounds")
+                    padding[way] = {}
+                    by_way[way] = rounds_throughput(workers, batch_texts, bs, config.throughput_batches,
+                                                    config.pause_s, batching=way, padding=padding[way])
+                for name in by_way[config.batching[0]]:
+                    results[(name, threads, bs)] = throughput_fields(
+                        {way: rates[name] for way, rates in by_way.items()},
+                        {way: share.get(name) for way, share in padding.items()})
         if on_rows:
             on_rows(_rows(specs, task, config, scores, memory, results, other_load, teacher_value))
     return _rows(specs, task, config, scores, memory, results, other_load, teacher_value)
+
+
+def throughput_fields(rates: Dict[str, float], padding: Dict[str, Optional[float]]) -> dict:
+    """A throughput row's measured fields: ``throughput`` (the first way timed) and its
+    ``batching``; with more than one way, ``throughput_by_batching``, the share of computed tokens
+    that were padding (``padding_share``) and ``padding_free_speedup`` (the best padding-free
+    way against ``padded``)."""
+    first = next(iter(rates))
+    out = {"throughput": rates[first], "batching": first}
+    if len(rates) > 1:
+        out["throughput_by_batching"] = dict(rates)
+        out["padding_share"] = dict(padding)
+        free = [v for k, v in rates.items() if k != "padded"]
+        if "padded" in rates and free and rates["padded"]:
+            out["padding_free_speedup"] = round(max(free) / rates["padded"], 3)
+    return out
 
 
 def _rows(specs, task, config: BenchConfig, scores: dict, memory: dict, results: dict, other_load: dict,

@@ -860,6 +860,11 @@ def print_rows(rows: Sequence[dict]) -> None:
         lat = r.get("latency_ms")
         speed = (f"p50 {lat['p50']:7.2f} ms  p90 {lat['p90']:7.2f} ms" if lat
                  else f"{r.get('throughput', 0):8.1f} sentences/s")
+        ways = r.get("throughput_by_batching")
+        if ways:   # --batching padded,sorted: each way, and the padding-free gain
+            speed = "  ".join(f"{way} {rate:.1f}/s" for way, rate in ways.items())
+            if r.get("padding_free_speedup"):
+                speed += f"  x{r['padding_free_speedup']:.2f}"
         score = f"{r['value']:.2f}" if r.get("value") is not None else "-"
         click.echo(f"{r['name']:<22} {r.get('engine', ''):<16} threads {r.get('threads')} "
                    f"batch {r.get('batch_size'):>3}  {speed}  score {score}")

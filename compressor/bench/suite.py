@@ -132,7 +132,7 @@ def run_benchmark(models: Sequence[str] = (), teacher: Optional[str] = None,
         specs += peer_specs(teacher, work_dir, peers, preset=preset, data_dir=data_dir)
     info = fingerprint(device)
     settings = {"sentences": config.sentences, "threads": config.threads, "batch_sizes": config.batch_sizes,
-                "throughput_batches": config.throughput_batches, "device": device, "data": dev.source,
+                "throughput_batches": config.throughput_batches, "batching": config.batching, "device": device, "data": dev.source,
                 "dev_examples": len(dev), "interleaved": True, "timing": timing_policy(config)}
 
     def save(rows: List[dict], complete: bool) -> None:

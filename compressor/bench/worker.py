@@ -15,11 +15,13 @@ Requests (``op`` and its arguments) and replies (``ok``, then the op's fields, o
 ``error``):
 
 - ``build`` ``spec`` (a ``Spec`` as a dict), ``threads``: build the variant;
-- ``feeds`` ``key``, ``texts``, ``batch_size``: encode ``texts`` in batches of
-  ``batch_size`` (not timed) and keep them under ``key``;
+- ``feeds`` ``key``, ``texts``, ``batch_size``, ``batching``: encode ``texts`` in batches of
+  ``batch_size`` (not timed; ``padded``: consecutive texts, ``sorted``/``bucketed``: grouped
+  by token count) and keep them under ``key``; replies each batch's ``rows``;
 - ``warm`` ``key``, ``indices`` (or ``all``): run those feeds untimed;
-- ``time`` ``key``, ``indices``, ``wake`` (``[key, index]``): run that feed untimed,
-  then time each of ``indices``; replies ``times`` (seconds);
+- ``time`` ``key``, ``indices``, ``wake`` (``[key, index]``), ``outputs``: run that feed untimed,
+  then time each of ``indices``; replies ``times`` (seconds) and with ``outputs`` each
+  timed run's logits;
 - ``logits`` ``texts``, ``batch_size``: the variant's logits (``logits``, rows in
   input order), for the dev score;
 - ``memory`` ``texts``: run each text at batch 1 and all as one batch, then reply
@@ -60,11 +62,19 @@ class _Session:
             raise RuntimeError("no variant built yet")
         return self.runner
 
-    def feeds_op(self, key: str, texts: list, batch_size: int = 1) -> dict:
+    def feeds_op(self, key: str, texts: list, batch_size: int = 1, batching: str = "padded") -> dict:
+        """``batching`` ``padded``: consecutive texts make a batch; ``sorted``/``bucketed``: the
+        texts are grouped by their token count first (``export.runtime.batch_groups``)."""
+        from compressor.export.runtime import batch_groups
+
         r = self._need()
         texts = [t if isinstance(t, str) else tuple(t) for t in texts]
-        self.feeds[key] = [r.encode(texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)]
-        return {"count": len(self.feeds[key])}
+        lengths = [_width(r.encode([t])) for t in texts] if batch_size > 1 else [0] * len(texts)
+        groups = batch_groups(lengths, batch_size, batching)
+        self.feeds[key] = [r.encode([texts[i] for i in idx]) for idx in groups]
+        return {"count": len(self.feeds[key]), "rows": groups,
+                "padded_tokens": sum(len(idx) * max(lengths[i] for i in idx) for idx in groups) if any(lengths) else None,
+                "tokens": sum(lengths) if any(lengths) else None}
 
     def warm(self, key: str, indices=None) -> dict:
         r, feeds = self._need(), self.feeds[key]
@@ -73,18 +83,24 @@ class _Session:
         r.sync()
         return {}
 
-    def time_op(self, key: str, indices: list, wake=None) -> dict:
+    def time_op(self, key: str, indices: list, wake=None, outputs: bool = False) -> dict:
         r, feeds = self._need(), self.feeds[key]
         if wake is not None:   # wakes this worker's thread pools; not timed
             r.run(self.feeds[wake[0]][wake[1]])
             r.sync()
-        times = []
+        times, kept = [], []
         for i in indices:
             feed = feeds[i]
             start = time.perf_counter()
-            r.run(feed)
+            out = r.run(feed)
             r.sync()
             times.append(time.perf_counter() - start)
+            if outputs:   # the timed run's logits, converted after the clock stopped
+                kept.append(out)
+        if outputs:
+            from compressor.bench.harness import _numpy
+
+            return {"times": times, "outputs": [_numpy(o).tolist() for o in kept]}
         return {"times": times}
 
     def logits(self, texts: list, batch_size: int) -> dict:
@@ -106,6 +122,12 @@ class _Session:
 
             out["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
         return out
+
+
+def _width(feed) -> int:
+    """The padded width (tokens per row) of one encoded batch: a dict of inputs or a tuple."""
+    first = feed["input_ids"] if isinstance(feed, dict) else feed[0]
+    return int(first.shape[-1])
 
 
 def serve(requests, reply) -> None:

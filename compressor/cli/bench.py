@@ -13,6 +13,16 @@ def _names(value):
     return [v.strip() for v in str(value).split(",") if v.strip() and v.strip() != "none"]
 
 
+def _batching(value):
+    ways = _names(value)
+    known = ("padded", "sorted", "bucketed")   # compressor.export.runtime.BATCHINGS
+    bad = [w for w in ways if w not in known]
+    if bad or not ways or len(set(ways)) != len(ways):
+        raise click.BadParameter(f"expected a comma list of {', '.join(known)} (each once), got {value!r}",
+                                 param_hint="--batching")
+    return ways
+
+
 def _results_in(path: str) -> str:
     """A ``compressor bench --out`` folder stands for the results file in it."""
     import os
@@ -49,6 +59,11 @@ def register(cli):
     @click.option("--batch-sizes", default="32", show_default=True, help="Throughput batch sizes (or none).")
     @click.option("--throughput-batches", type=int, default=4, show_default=True,
                   help="Batches timed per batch size and variant.")
+    @click.option("--batching", default="padded", show_default=True,
+                  help="How throughput batches are formed, a comma list, each timed on the same rows: "
+                       "padded (rows as they come, padded to the longest), sorted or bucketed (grouped "
+                       "by token count: padding-free). E.g. padded,sorted adds the padding-free "
+                       "throughput and its speed-up.")
     @click.option("--block", type=int, default=20, show_default=True,
                   help="Sentences a variant times per turn (each variant runs in its own process; "
                        "the variants take turns in rounds).")
@@ -64,7 +79,7 @@ def register(cli):
                   help="Folder to write the results in: OUT/bench.json.")
     @click.option("--work-dir", default=None, help="Where the peers' models go [default: OUT/peers].")
     def bench_cmd(models, teacher, peers, preset, engines, precisions, device, threads, sentences, batch_sizes,
-                  throughput_batches, block, pause, no_score, no_memory, task, data_dir, dev_file, text_columns,
+                  throughput_batches, batching, block, pause, no_score, no_memory, task, data_dir, dev_file, text_columns,
                   label_column, out, work_dir):
         """Latency (p50/p90/p99, batch 1), throughput, memory, size and dev score of MODELS and peers."""
         from compressor.cli import _user_data
@@ -81,7 +96,8 @@ def register(cli):
         out = out_file(out, "bench.json")
         config = BenchConfig(sentences=sentences, threads=threads,
                              batch_sizes=_ints(batch_sizes) if batch_sizes != "none" else [],
-                             throughput_batches=throughput_batches, score=not no_score,
+                             throughput_batches=throughput_batches, batching=_batching(batching),
+                             score=not no_score,
                              memory=not no_memory, block=block, pause_s=pause)
         doc = run_benchmark(models, teacher=teacher, peers=_names(peers), task=task, data_dir=data_dir,
                             config=config, engines=_names(engines), precisions=_names(precisions),

@@ -59,10 +59,34 @@ def has_label(labels: torch.Tensor) -> torch.Tensor:
     return ~torch.isnan(labels) if labels.is_floating_point() else labels != NO_LABEL[False]
 
 
+BATCHINGS = ("padded", "sorted", "bucketed")
+BUCKET_WINDOW = 8   # bucketed: rows are sorted within windows of this many batches
+
+
+def length_groups(lengths: Sequence[int], batch_size: int, batching: str = "sorted",
+                  window: int = BUCKET_WINDOW) -> List[List[int]]:
+    """Row indices of each batch: ``padded`` in input order, ``sorted`` by token count over all
+    rows (stable), ``bucketed`` sorted within windows of ``window`` batches; batch size 1 keeps
+    input order. The rule of ``compressor.export.runtime.batch_groups`` (the ONNX path), kept
+    here too because that file imports nothing of the toolkit's."""
+    if batching not in BATCHINGS:
+        raise ValueError(f"batching must be one of {', '.join(BATCHINGS)}, not {batching!r}")
+    batch_size = max(1, int(batch_size))
+    order = list(range(len(lengths)))
+    if batch_size > 1 and batching == "sorted":
+        order.sort(key=lambda i: lengths[i])
+    elif batch_size > 1 and batching == "bucketed":
+        span = batch_size * max(1, window)
+        order = [i for s in range(0, len(order), span)
+                 for i in sorted(order[s:s + span], key=lambda i: lengths[i])]
+    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+
+
 def iter_batches(items: Sequence[Dict], batch_size: int, pad_id: int, regression: bool,
                  generator: Optional[torch.Generator] = None,
-                 rows: Optional[slice] = None) -> Iterator[Dict[str, torch.Tensor]]:
-    """Shuffled batches when a generator is given; otherwise length-sorted ones.
+                 rows: Optional[slice] = None, batching: str = "sorted") -> Iterator[Dict[str, torch.Tensor]]:
+    """Shuffled batches when a generator is given; otherwise grouped as ``batching`` says
+    (:func:`length_groups`; ``sorted``, the default: length-sorted).
 
     Length-sorted batches waste no compute on padding; ``order`` in each batch
     says where its rows belong so predictions can be put back in input order.
@@ -72,10 +96,10 @@ def iter_batches(items: Sequence[Dict], batch_size: int, pad_id: int, regression
     """
     if generator is not None:
         order = torch.randperm(len(items), generator=generator).tolist()
+        groups = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
     else:
-        order = sorted(range(len(items)), key=lambda i: len(items[i]["input_ids"]))
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+        groups = length_groups([len(it["input_ids"]) for it in items], batch_size, batching)
+    for idx in groups:
         width = max(len(items[i]["input_ids"]) for i in idx)
         mine = idx if rows is None else [idx[r] for r in rows(len(idx))]
         batch = collate([items[i] for i in mine], pad_id, regression, width)

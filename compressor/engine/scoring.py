@@ -28,15 +28,18 @@ DEFAULT_MAX_LENGTH = 128
 @torch.no_grad()
 def predict_logits(model, tokenizer, examples: Sequence, max_length: int, batch_size: int = 64,
                    device: Optional[torch.device] = None, precision: str = "fp32",
-                   desc: Optional[str] = None) -> np.ndarray:
-    """Logits for ``examples`` in input order (regression: shape ``[n]``)."""
+                   desc: Optional[str] = None, batching: str = "sorted") -> np.ndarray:
+    """Logits for ``examples`` in input order (regression: shape ``[n]``). ``batching``
+    (``compressor.core.batches.length_groups``): ``sorted``, the default, batches rows of like
+    length so almost no padding is computed; ``padded`` keeps input order, each batch padded
+    to its longest row. The logits are the same either way, within float rounding."""
     device = device or next(model.parameters(), torch.empty(0)).device  # no parameters: an ONNX graph
     items = encode(tokenizer, examples, max_length, model.config)
     regression = model.config.num_labels == 1
     out = np.zeros((len(items), model.config.num_labels), dtype=np.float32)
     was_training = model.training
     model.eval()
-    batches = iter_batches(items, batch_size, tokenizer.pad_token_id or 0, regression)
+    batches = iter_batches(items, batch_size, tokenizer.pad_token_id or 0, regression, batching=batching)
     total = (len(items) + batch_size - 1) // batch_size
     for batch in progress(batches, total=total, desc=desc, unit="batch"):
         order = batch["order"].numpy()

@@ -114,8 +114,12 @@ class Predictor:
 
     def encode(self, texts: Sequence[Text]) -> dict:
         """Token ids for a batch, padded to its longest text (one text: no padding at all)."""
-        pairs = [tuple(t) if isinstance(t, (tuple, list)) else t for t in texts]
-        encs = self.tokenizer.encode_batch(pairs)
+        return self._feed(self._tokenize(texts))
+
+    def _tokenize(self, texts: Sequence[Text]) -> list:
+        return self.tokenizer.encode_batch([tuple(t) if isinstance(t, (tuple, list)) else t for t in texts])
+
+    def _feed(self, encs: Sequence) -> dict:
         width = max(len(e.ids) for e in encs)
         ids = np.full((len(encs), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(encs), width), dtype=np.int64)
@@ -128,33 +132,44 @@ class Predictor:
         feed = dict(zip(_INPUTS, (ids, mask, types)))
         return {name: feed[name] for name in self.inputs}
 
+    def feeds(self, texts: Sequence[Text], batch_size: int = 32,
+              batching: str = "sorted") -> List[Tuple[List[int], dict]]:
+        """``(rows, feed)`` per batch of ``texts``, grouped as ``batching`` says
+        (:func:`batch_groups`: ``padded`` in input order, ``sorted`` or ``bucketed`` by token
+        count); each batch is padded to its own longest row. Tokenised once, not per batch."""
+        encs = self._tokenize(texts)
+        groups = batch_groups([len(e.ids) for e in encs], batch_size, batching)
+        return [(idx, self._feed([encs[i] for i in idx])) for idx in groups]
+
     def run(self, feed: dict) -> np.ndarray:
         """Logits for one encoded batch (what a benchmark times)."""
         return self.session.run(None, feed)[0]
 
-    def logits(self, texts: Sequence[Text], batch_size: int = 32) -> np.ndarray:
-        """Logits in input order; texts are batched by length so little is spent on padding."""
+    def logits(self, texts: Sequence[Text], batch_size: int = 32, batching: str = "sorted") -> np.ndarray:
+        """Logits in input order. ``batching`` (:func:`batch_groups`): ``sorted`` (the default)
+        batches rows of like token count, so a batch computes almost no padding; ``padded``
+        takes rows in input order, each batch padded to its longest. Batch 1 is the same either
+        way. A dynamic INT8 graph takes activation ranges over the whole batch, padding included,
+        so its logits depend on which rows share a batch (``score_onnx`` runs one at a time)."""
         texts = list(texts)
         out: Optional[np.ndarray] = None
-        order = sorted(range(len(texts)), key=lambda i: len(_flat(texts[i])))
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            logits = self.run(self.encode([texts[i] for i in idx]))
+        for idx, feed in self.feeds(texts, batch_size, batching):
+            logits = self.run(feed)
             if out is None:
                 out = np.zeros((len(texts), logits.shape[-1]), dtype=np.float32)
             out[idx] = logits
         return out if out is not None else np.zeros((0, len(self.labels or [0])), np.float32)
 
-    def predict(self, texts: Sequence[Text], batch_size: int = 32) -> List:
+    def predict(self, texts: Sequence[Text], batch_size: int = 32, batching: str = "sorted") -> List:
         """A label per text (a float for regression tasks)."""
-        logits = self.logits(texts, batch_size)
+        logits = self.logits(texts, batch_size, batching)
         if self.regression:
             return [float(v) for v in logits[:, 0]]
         ids = logits.argmax(-1)
         return [self.labels[i] if self.labels else int(i) for i in ids]
 
-    def predict_proba(self, texts: Sequence[Text], batch_size: int = 32) -> np.ndarray:
-        logits = self.logits(texts, batch_size)
+    def predict_proba(self, texts: Sequence[Text], batch_size: int = 32, batching: str = "sorted") -> np.ndarray:
+        logits = self.logits(texts, batch_size, batching)
         e = np.exp(logits - logits.max(-1, keepdims=True))
         return e / e.sum(-1, keepdims=True)
 
@@ -213,8 +228,31 @@ def open_graph(folder: str, threads: Optional[int] = None, providers: Optional[l
     return Predictor(folder, threads=threads, providers=providers, model_file=model_file, spinning=spinning)
 
 
-def _flat(text: Text) -> str:
-    return text if isinstance(text, str) else " ".join(text)
+BATCHINGS = ("padded", "sorted", "bucketed")
+BUCKET_WINDOW = 8   # bucketed: rows are sorted within windows of this many batches
+
+
+def batch_groups(lengths: Sequence[int], batch_size: int, batching: str = "sorted",
+                 window: int = BUCKET_WINDOW) -> List[List[int]]:
+    """Row indices of each batch, for rows of token counts ``lengths``.
+
+    ``padded``: in input order (each batch padded to its longest row, the rest thrown away);
+    ``sorted``: by token count over all rows (stable), so a batch holds rows of nearly one
+    length and computes almost no padding; ``bucketed``: sorted within windows of ``window``
+    batches in input order (what a server with that much look-ahead can do). Batch size 1
+    keeps input order whatever ``batching`` says. ``compressor.core.batches.length_groups``
+    is the same rule for the PyTorch path (this file stays free of the toolkit)."""
+    if batching not in BATCHINGS:
+        raise ValueError(f"batching must be one of {', '.join(BATCHINGS)}, not {batching!r}")
+    batch_size = max(1, int(batch_size))
+    order = list(range(len(lengths)))
+    if batch_size > 1 and batching == "sorted":
+        order.sort(key=lambda i: lengths[i])
+    elif batch_size > 1 and batching == "bucketed":
+        span = batch_size * max(1, window)
+        order = [i for s in range(0, len(order), span)
+                 for i in sorted(order[s:s + span], key=lambda i: lengths[i])]
+    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
 
 
 def _pad_id(folder: str, tokenizer: Tokenizer) -> int:
