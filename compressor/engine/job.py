@@ -8,8 +8,9 @@ unpruned model stays available as ``job.teacher`` for distillation recovery.
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -134,3 +135,37 @@ def load_with_teacher(model_dir: str, task, config, teacher_dir: Optional[str] =
         return model, tokenizer, None, None
     teacher, teacher_tok, _ = load_teacher(config.teacher, model, task, teacher_dir, model_dir, attn)
     return model, tokenizer, teacher, teacher_tok or tokenizer
+
+
+def change_and_recover(model_dir: str, task, train_set, dev_set, config: RecoveringConfig, out_dir: str,
+                       meta: dict, change: Callable[[RecoveryJob], dict], what: str, changed: str,
+                       teacher_dir: Optional[str] = None, desc: str = "recover") -> dict:
+    """The body of a method that changes a trained model and then recovers it (sharing, low-rank
+    factorisation): load ``model_dir`` with its teacher (``config.teacher``), score it,
+    ``change(job)`` in place (the method's record), score the changed model, recover as
+    ``config.recover`` says, score it again and save it to ``out_dir``. Returns the stage record:
+    the method's record under ``what`` and the changed model's score as ``score_<changed>``."""
+    from compressor.core.device import resolve_device
+    from compressor.core.models import count_parameters, save_checkpoint
+    from compressor.engine.train import set_seed
+
+    config.check()
+    set_seed(config.seed)
+    device = resolve_device(config.device)
+    model, tokenizer, teacher, teacher_tok = load_with_teacher(model_dir, task, config, teacher_dir)
+    job = RecoveryJob(model=model.to(device), tokenizer=tokenizer, train_set=train_set, dev_set=dev_set,
+                      config=config, device=device, teacher=teacher, teacher_tokenizer=teacher_tok)
+    start = time.perf_counter()
+    parameters_before = count_parameters(model)
+    before = job.evaluate(desc="score before")
+    record = change(job)
+    after_change = job.evaluate(desc=f"score {changed}")
+    recovery = job.recover(desc=desc)
+    after = job.evaluate(desc="score recovered") if recovery else after_change
+    job.model.to("cpu")
+    size = save_checkpoint(job.model, job.tokenizer, out_dir, meta)
+    return {"metrics": after["metrics"], "score": after["score"], "split": "dev",
+            "parameters": count_parameters(job.model), "parameters_before": parameters_before,
+            "score_before": before["score"], "metrics_before": before["metrics"],
+            f"score_{changed}": after_change["score"], what: record, "recovery": recovery,
+            "size_bytes": size, "train_time_s": round(time.perf_counter() - start, 2)}

@@ -7,16 +7,12 @@ tensor once in ``model.safetensors``, the ties and the embedding rank in ``compr
 """
 from __future__ import annotations
 
-import time
 from typing import Optional
 
 import torch
 
-from compressor.core.device import resolve_device
-from compressor.core.models import count_parameters, save_checkpoint
-from compressor.engine.job import RecoveryJob, load_with_teacher
 from compressor.core.registry import register_stage
-from compressor.engine.train import set_seed
+from compressor.engine.job import change_and_recover
 from compressor.share.configs import ShareConfig
 from compressor.core.sharing import factorise_embedding, share_layers
 
@@ -35,27 +31,9 @@ def apply_sharing(model: torch.nn.Module, config: ShareConfig) -> dict:
 def share_loaded(model_dir: str, task, train_set, dev_set, config: ShareConfig, out_dir: str,
                  meta: dict, teacher_dir: Optional[str] = None, desc: str = "share") -> dict:
     """Share the checkpoint ``model_dir`` into ``out_dir``; return the stage record."""
-    config.check()
-    set_seed(config.seed)
-    device = resolve_device(config.device)
-    model, tokenizer, teacher, teacher_tok = load_with_teacher(model_dir, task, config, teacher_dir)
-    job = RecoveryJob(model=model.to(device), tokenizer=tokenizer, train_set=train_set,
-                   dev_set=dev_set, config=config, device=device, teacher=teacher,
-                   teacher_tokenizer=teacher_tok)
-    start = time.perf_counter()
-    parameters_before = count_parameters(model)
-    before = job.evaluate(desc="score unshared")
-    record = apply_sharing(job.model, config)
-    shared = job.evaluate(desc="score shared")
-    recovery = job.recover(desc=desc)
-    after = job.evaluate(desc="score recovered") if recovery else shared
-    job.model.to("cpu")
-    size = save_checkpoint(job.model, job.tokenizer, out_dir, meta)
-    return {"metrics": after["metrics"], "score": after["score"], "split": "dev",
-            "parameters": count_parameters(job.model), "parameters_before": parameters_before,
-            "score_before": before["score"], "metrics_before": before["metrics"],
-            "score_shared": shared["score"], "sharing": record, "recovery": recovery,
-            "size_bytes": size, "train_time_s": round(time.perf_counter() - start, 2)}
+    return change_and_recover(model_dir, task, train_set, dev_set, config, out_dir, meta,
+                              lambda job: apply_sharing(job.model, config), "sharing", "shared",
+                              teacher_dir=teacher_dir, desc=desc)
 
 
 @register_stage("share", ShareConfig)
