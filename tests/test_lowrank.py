@@ -226,6 +226,8 @@ stages:
 
 def test_the_command_writes_a_factorised_model_and_refuses_bad_settings(tmp_path, capsys, minilm_dir,
                                                                        glue_dir):
+    import json
+
     from test_cli import assert_one_line_error, run_cli
 
     from compressor.cli import main
@@ -238,6 +240,12 @@ def test_the_command_writes_a_factorised_model_and_refuses_bad_settings(tmp_path
     assert "factorised model:" in capsys.readouterr().out
     ranks = read_meta(str(tmp_path / "low"))["shape"]["linear_rank"]
     assert len(ranks) == 4 and set(ranks.values()) == {2}
+    main(["lowrank", source, "--out", str(tmp_path / "measured"), "--set", "linears=ffn",
+          "--set", "by=sensitivity", "--set", "importance_rows=16", "--set", "only_if_smaller=false", "--recover", "mode=none",
+          "--data-dir", glue_dir, "--train-limit", "16", "--dev-limit", "16"])
+    record = json.load(open(tmp_path / "measured" / "metrics.json"))["lowrank"]
+    assert record["rule"] == "sensitivity" and all("divergence" in r for r in record["linears"])
+    capsys.readouterr()   # the random model's at-chance note
     code, _, err = run_cli(capsys, "lowrank", source, "--out", str(tmp_path / "bad"),
                            "--set", "energy=2", "--data-dir", glue_dir)
     assert_one_line_error(code, err, "energy must be in (0, 1]")

@@ -7,43 +7,25 @@ score it, factorise its chosen Linears (:func:`compressor.lowrank.api.factorise_
 """
 from __future__ import annotations
 
-import time
 from typing import Optional
 
-from compressor.core.device import resolve_device
-from compressor.core.models import count_parameters, save_checkpoint
 from compressor.core.registry import register_stage
-from compressor.engine.job import RecoveryJob, load_with_teacher
-from compressor.engine.train import set_seed
+from compressor.engine.job import change_and_recover
 from compressor.lowrank.api import factorise_
 from compressor.lowrank.config import LowRankConfig
 
 
 def lowrank_loaded(model_dir: str, task, train_set, dev_set, config: LowRankConfig, out_dir: str,
                    meta: dict, teacher_dir: Optional[str] = None, desc: str = "lowrank") -> dict:
-    """Factorise the checkpoint ``model_dir`` into ``out_dir``; return the stage record."""
-    config.check()
-    set_seed(config.seed)
-    device = resolve_device(config.device)
-    model, tokenizer, teacher, teacher_tok = load_with_teacher(model_dir, task, config, teacher_dir)
-    job = RecoveryJob(model=model.to(device), tokenizer=tokenizer, train_set=train_set,
-                      dev_set=dev_set, config=config, device=device, teacher=teacher,
-                      teacher_tokenizer=teacher_tok)
-    start = time.perf_counter()
-    parameters_before = count_parameters(model)
-    before = job.evaluate(desc="score dense")
-    batches = list(job.batches()) if config.rule() == "sensitivity" else None
-    record = factorise_(job.model, config, batches=batches)
-    factorised = job.evaluate(desc="score factorised")
-    recovery = job.recover(desc=desc)
-    after = job.evaluate(desc="score recovered") if recovery else factorised
-    job.model.to("cpu")
-    size = save_checkpoint(job.model, job.tokenizer, out_dir, meta)
-    return {"metrics": after["metrics"], "score": after["score"], "split": "dev",
-            "parameters": count_parameters(job.model), "parameters_before": parameters_before,
-            "score_before": before["score"], "metrics_before": before["metrics"],
-            "score_factorised": factorised["score"], "lowrank": record, "recovery": recovery,
-            "size_bytes": size, "train_time_s": round(time.perf_counter() - start, 2)}
+    """Factorise the checkpoint ``model_dir`` into ``out_dir``; return the stage record
+    (``lowrank``: the factorisation's record, ``score_factorised``: before recovery)."""
+
+    def change(job) -> dict:
+        batches = list(job.batches()) if config.rule() == "sensitivity" else None
+        return factorise_(job.model, config, batches=batches)
+
+    return change_and_recover(model_dir, task, train_set, dev_set, config, out_dir, meta, change,
+                              "lowrank", "factorised", teacher_dir=teacher_dir, desc=desc)
 
 
 @register_stage("lowrank", LowRankConfig)
