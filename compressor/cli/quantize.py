@@ -31,10 +31,20 @@ _HELP = {
                  "holdout: the training rows the model was fine-tuned without (finetune --holdout N).",
     "search_rows": "mixed/auto with --search-on train: how many training rows.",
     "granularity": "mixed/auto: sensitivity per matrix or per layer.",
+    "sensitivity": "mixed/auto: order units by their measured drop (each quantised alone and scored) or by "
+                   "hessian: Q-BERT's Hessian of the task loss on the same rows (needs the PyTorch checkpoint).",
+    "hessian_score": "--sensitivity hessian: eigenvalue (Q-BERT's |mean|+std of the top eigenvalue over "
+                     "batches), trace (Hutchinson, per weight) or weighted_trace (times the INT8 weight error).",
+    "hessian_rows": "--sensitivity hessian: rows drawn with --seed from the search rows.",
+    "hessian_batch_size": "--sensitivity hessian: rows a batch (one eigenvalue per batch).",
+    "hessian_iterations": "--sensitivity hessian: power-iteration Hessian-vector products at most.",
+    "hessian_tol": "--sensitivity hessian: stop when the eigenvalue moves by less than this share of itself.",
+    "hessian_trace_samples": "--sensitivity hessian: Hutchinson vectors a batch and unit (0: no trace).",
     "exclude": "Keep this ONNX node / torch module in FP32 (repeatable).",
     "smoothquant_alpha": "inc: apply SmoothQuant with this alpha before static INT8.",
     "optimize": "onnxruntime: apply ORT's BERT fusions before quantising (export folders have them).",
-    "distill_alpha": "qat: weight of the FP32 model's soft targets (0: labels only).",
+    "distill_alpha": "qat: weight of the teacher's soft targets (0: labels only).",
+    "teacher": "qat: the soft targets' teacher: input (the FP32 model as given) or a folder with its tokenizer.",
 }
 
 

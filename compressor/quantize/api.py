@@ -39,11 +39,13 @@ class QuantizeJob:
     max_length: int
     meta: dict                 # compressor.json of the output
     holdout_set: object = None  # the rows the teacher was fine-tuned without (search_on: holdout)
+    teacher_dir: Optional[str] = None  # the recipe's teacher (QAT's teacher: recipe)
 
 
 def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task: Optional[str] = None,
              data_dir: Optional[str] = None, train_set=None, dev_set=None, meta: Optional[dict] = None,
-             overwrite: bool = False, holdout_set=None, user_data=None) -> dict:
+             overwrite: bool = False, holdout_set=None, user_data=None,
+             teacher_dir: Optional[str] = None) -> dict:
     """Quantise ``model`` (a checkpoint or an ONNX export folder) into the folder ``out``.
 
     The dev split is scored when it can be loaded (``dev_set`` or the task's
@@ -88,8 +90,8 @@ def quantize(model: str, out: str, config: Optional[QuantizeConfig] = None, task
               "preset": preset.to_dict() if preset else None,
               "source": os.path.abspath(model), "task": task_spec.name, "config": asdict(config)}
     meta = meta or {**read_meta(model), "made_by": f"quantize:{config.backend}:{config.method}"}
-    record.update(method(QuantizeJob(model, out, task_spec, train_set, dev_set, max_length, meta, holdout_set),
-                         config))
+    record.update(method(QuantizeJob(model, out, task_spec, train_set, dev_set, max_length, meta, holdout_set,
+                                     teacher_dir), config))
     if dev_set is not None and "metrics" not in record:
         record["metrics"] = _score_output(out, config, dev_set, max_length)
     if record.get("metrics") is not None:
@@ -193,7 +195,7 @@ def ort_qat(job: QuantizeJob, config: OrtQATConfig) -> dict:
 
     def trained(work, info):
         folder, info["qat"] = _qat(job.model, os.path.join(work, "trained"), config, config.hardware(),
-                                   job.task, job.train_set, job.dev_set)
+                                   job.task, job.train_set, job.dev_set, job.teacher_dir)
         return folder
     return _onnx(job, config, _dynamic_writer(config), trained)
 
@@ -231,7 +233,7 @@ def ort_fp16(job: QuantizeJob, config: OrtFP16Config) -> dict:
 def _search_writer(job: QuantizeJob, config):
     def writer(src_folder, work, quant, info):
         chosen_path, search = _search(src_folder, work, config, config.hardware(), job.train_set,
-                                      job.dev_set, job.holdout_set)
+                                      job.dev_set, job.holdout_set, job.model, job.max_length)
         info["search"] = search
         quant.update({k: search.get(k) for k in ("fp32_units", "chosen") if k in search})
         return lambda path: shutil.copyfile(chosen_path, path)
@@ -283,8 +285,10 @@ def row_step(rows_set, max_drop: float) -> Optional[dict]:
                     f"larger max_drop would tell noise from cost"}
 
 
-def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=None) -> tuple:
-    """Mixed precision (``mixed``) or the fastest configuration within the tolerance (``auto``)."""
+def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=None, model=None,
+            max_length: int = 128) -> tuple:
+    """Mixed precision (``mixed``) or the fastest configuration within the tolerance (``auto``); units
+    ordered by their measured drop or (``sensitivity: hessian``) by the Hessian of ``model``'s loss."""
     from compressor.export.runtime import Predictor
 
     from compressor.export import int8 as ox
@@ -297,12 +301,22 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
         print(f"note: {coarse['note']}", file=sys.stderr)
     report_dir = os.path.join(work, "report")
     os.makedirs(report_dir, exist_ok=True)
-    report = sens.measure_sensitivity(src_folder, search_set, preset, work, config.granularity, config.threads)
-    files = sens.write_report(report, report_dir, dev_set.task.main_metric)
+    if getattr(config, "sensitivity", "measured") == "hessian":
+        from compressor.quantize import hessian
+
+        report = hessian.hessian_report(model or src_folder, src_folder, search_set, preset, config.granularity,
+                                        config, max_length)
+        report["fp32_score"] = sens.dev_score(src_folder, search_set, threads=config.threads)
+        files = hessian.write_report(report, report_dir)
+    else:
+        report = sens.measure_sensitivity(src_folder, search_set, preset, work, config.granularity,
+                                          config.threads)
+        files = sens.write_report(report, report_dir, dev_set.task.main_metric)
     mixed_path = os.path.join(work, "mixed.onnx")
     mixed = sens.mixed_precision(src_folder, mixed_path, report, search_set, preset, config.max_drop,
                                  config.threads)
     result = {"search_on": config.search_on, "search_split": search_set.split, "search_rows": len(search_set),
+              "sensitivity_measure": getattr(config, "sensitivity", "measured"),
               "sensitivity": report, "mixed": mixed, "files": files, **({"coarse_rows": coarse} if coarse else {})}
     if config.method == "mixed":
         if not mixed["met"]:
@@ -345,18 +359,22 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
     return choice["path"], result
 
 
-def _qat(model, trained_dir, config, preset, task_spec, train_set, dev_set):
+def _qat(model, trained_dir, config, preset, task_spec, train_set, dev_set, recipe_teacher=None):
     from compressor.core.models import load_for_task, read_meta, save_checkpoint
+    from compressor.engine.teacher import load_teacher
     from compressor.engine.train import TrainConfig
     from compressor.quantize.qat import qat_train
 
     net, tokenizer = load_for_task(model, task_spec)
+    # the soft targets' teacher: the FP32 model as it is now (teacher: input), the recipe's or a folder
+    teacher = load_teacher(config.teacher, net, task_spec, recipe_teacher, model,
+                           tokenizer=tokenizer)[0] if config.distill_alpha > 0 else None
     train_config = TrainConfig(epochs=config.epochs, lr=config.lr, batch_size=config.batch_size,
                                max_length=config.max_length, seed=config.seed, warmup=0.1,
                                weight_decay=0.0, eval_every=config.eval_every, max_steps=config.max_steps,
                                device=config.device)
     result = qat_train(net, tokenizer, train_set, dev_set, train_config, preset.per_channel,
-                       preset.reduce_range, config.distill_alpha, config.temperature)
+                       preset.reduce_range, config.distill_alpha, config.temperature, teacher=teacher)
     save_checkpoint(net, tokenizer, trained_dir, {**read_meta(model), "made_by": "quantize:qat"})
     summary = {"fake_quantized_linears": result["fake_quantized_linears"], "steps": result["steps"],
                "train_time_s": result["train_time_s"], "before": result["before"],

@@ -23,10 +23,13 @@ from compressor.core.settings import (at_least_one, check_fields, config_from_di
                         positive, setting, share, tag, variant, variants)
 from compressor.core.settings import device as device_setting
 from compressor.core.presets import PRESET_NAMES, resolve_preset
+from compressor.engine.train_config import teacher_setting
 
 CALIBRATIONS = ("minmax", "entropy", "percentile")
 GRANULARITIES = ("matrix", "layer")
 SEARCH_SPLITS = ("dev", "train", "holdout")
+SENSITIVITIES = ("measured", "hessian")
+HESSIAN_SCORES = ("eigenvalue", "trace", "weighted_trace")
 
 
 @picks_type_by("backend", "method")
@@ -122,6 +125,17 @@ class SearchSettings:
     search_on: str = setting("dev", choices=SEARCH_SPLITS)
     search_rows: int = setting(2000, check=positive)     # training rows drawn when search_on is train
     seed: int = 42                                       # which training rows
+    # what orders the units: each one's measured drop, or Q-BERT's Hessian of the task loss on the
+    # same rows (quantize/hessian.py; needs the PyTorch checkpoint): hessian_score picks
+    # eigenvalue (|mean|+std of the top eigenvalue over batches), trace (Hutchinson, per weight)
+    # or weighted_trace (that times the unit's INT8 weight error)
+    sensitivity: str = setting("measured", choices=SENSITIVITIES)
+    hessian_score: str = setting("eigenvalue", choices=HESSIAN_SCORES)
+    hessian_rows: int = setting(64, check=positive)          # rows drawn (seed) from the search rows
+    hessian_batch_size: int = setting(16, check=positive)    # the eigenvalue is taken per batch
+    hessian_iterations: int = setting(20, check=positive)    # power-iteration products at most
+    hessian_tol: float = setting(1e-3, check=not_negative)   # relative change that stops it
+    hessian_trace_samples: int = setting(8, check=not_negative)   # Hutchinson vectors a batch
 
     @property
     def uses_train(self) -> bool:
@@ -159,8 +173,9 @@ class OrtQATConfig(HardwareSettings, GraphSettings, OrtQuantizeConfig):
     max_length: int = setting(128, check=positive)
     max_steps: int = setting(0, check=not_negative)
     eval_every: int = setting(0, check=not_negative)
-    distill_alpha: float = 0.5    # weight of the FP32 model's soft targets; 0: labels only
+    distill_alpha: float = 0.5    # weight of the teacher's soft targets; 0: labels only
     temperature: float = setting(2.0, check=positive)
+    teacher: str = teacher_setting()   # the soft targets' teacher: input (the FP32 model as it is now), recipe (the recipe's teacher) or a folder
     device: str = setting("auto", check=device_setting)
     seed: int = 42
     uses_train: ClassVar[bool] = True
