@@ -24,7 +24,7 @@ def _run(ctx, config: QuantizeConfig) -> dict:
     train = ctx.split("train") if config.uses_train else None
     held = ctx.split("holdout") if getattr(config, "search_on", None) == "holdout" else None
     record = quantize(ctx.model_dir, ctx.out_dir, config, task=None, data_dir=ctx.data_dir,
-                      train_set=train, dev_set=dev, holdout_set=held,
+                      train_set=train, dev_set=dev, holdout_set=held, teacher_dir=ctx.teacher_dir,
                       meta=ctx.meta(f"quantize:{config.backend}:{config.method}", max_length))
     keep = ("metrics", "score", "split", "examples", "engine", "size_bytes", "parameters", "preset",
             "method", "backend", "qat", "search", "quantization", "sensitivity_files")
