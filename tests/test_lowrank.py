@@ -250,3 +250,25 @@ def test_the_command_writes_a_factorised_model_and_refuses_bad_settings(tmp_path
                            "--set", "energy=2", "--data-dir", glue_dir)
     assert_one_line_error(code, err, "energy must be in (0, 1]")
     assert not (tmp_path / "bad").exists()
+
+
+def test_pruning_heads_after_factorising_is_refused_in_one_line(tmp_path):
+    """Stages in an impossible order: structured pruning would slice the factors as if dense."""
+    import transformers
+
+    from conftest import tiny_config
+    from compressor.core.errors import CompressorError
+    from compressor.lowrank import factorise_
+    from compressor.lowrank.config import LowRankConfig
+    from compressor.prune.structured import prune_structured
+
+    model = transformers.BertForSequenceClassification(tiny_config("bert")).eval()
+    factorise_(model, LowRankConfig(linears="ffn", rank=8))
+
+    class Job:   # the part of a RecoveryJob that the check reads
+        pass
+
+    job = Job()
+    job.model = model
+    with pytest.raises(CompressorError, match="prune first, then factorise"):
+        prune_structured(job, None)

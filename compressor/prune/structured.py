@@ -30,6 +30,7 @@ from torch import nn
 
 from compressor.core import distributed
 from compressor.core.arch import arch_of
+from compressor.core.errors import CompressorError
 from compressor.core.io import save_figure
 from compressor.core.progress import progress
 from compressor.core.shapes import resize_layers, shape_of
@@ -215,6 +216,9 @@ def _targets(original: Sequence[int], fraction: float, step: int, steps: int, sc
 def prune_structured(job, config: StructuredPruneConfig) -> dict:
     """Remove ``heads`` and ``ffn`` shares of the model's heads and FFN neurons."""
     first = shape_of(job.model)
+    if first.get("linear_rank"):
+        raise CompressorError("this model's Linears are factorised (lowrank): heads and FFN neurons "
+                              "cannot be pruned from the factors; prune first, then factorise")
     original = {"heads": list(first["heads"]), "ffn": list(first["ffn"])}
     steps: List[dict] = []
     first_scores = None
