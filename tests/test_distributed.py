@@ -99,7 +99,8 @@ def test_two_gloo_processes_train_as_one(minilm_dir, tmp_path):
     # the folder two processes wrote resumes like one process's: every stage is skipped
     logs = []
     again = run_recipe(recipe, str(two_dir), log=logs.append)
-    assert all("skipped" in line for line in logs) and len(logs) == 2
+    logs = [line for line in logs if "a model at chance" not in line]   # (the tiny teacher is at chance)
+    assert all("skipped" in line for line in logs) and len(logs) == 2, logs
     assert [s["fingerprint"] for s in again["stages"]] == [s["fingerprint"] for s in two["stages"]]
 
 
