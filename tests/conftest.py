@@ -101,6 +101,22 @@ def save_sst2_classifier(path, minilm_dir, max_length: int = 64) -> str:
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, minilm_dir):
+    """A tiny SST-2 classifier, saved the way the toolkit saves one (one per test module)."""
+    return save_sst2_classifier(tmp_path_factory.mktemp("ckpt") / "bert-sst2", minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory, checkpoint):
+    """Its ONNX export (no parity check), one per test module."""
+    from compressor.export import export_onnx
+
+    out = str(tmp_path_factory.mktemp("exp") / "bert")
+    export_onnx(checkpoint, out, parity=False)
+    return out
+
+
 def write_reviews(path, rows: int, start: int = 0) -> str:
     """A user's CSV file whose label (pos/neg) is visible in the text: learnable in seconds."""
     words = ["good", "great", "fine", "nice", "bad", "awful", "poor", "sad"]

@@ -16,7 +16,6 @@ import pytest
 import torch
 import transformers
 
-from conftest import save_sst2_classifier
 from compressor.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,20 +23,6 @@ EMBEDDED_DEV = os.path.join(ROOT, "compressor", "core", "data", "embedded", "sst
 EMBEDDED_TRAIN = os.path.join(ROOT, "compressor", "core", "data", "embedded", "sst2", "train.tsv")
 FAST = ["--epochs", "1", "--batch-size", "16", "--max-length", "32", "--device", "cpu"]
 
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, minilm_dir):
-    """A tiny SST-2 classifier, saved the way the toolkit saves one."""
-    return save_sst2_classifier(tmp_path_factory.mktemp("ckpt") / "bert-sst2", minilm_dir)
-
-
-@pytest.fixture(scope="module")
-def export_dir(tmp_path_factory, checkpoint):
-    from compressor.export import export_onnx
-
-    out = str(tmp_path_factory.mktemp("exp") / "bert")
-    export_onnx(checkpoint, out, parity=False)
-    return out
 
 
 @pytest.fixture(scope="module")

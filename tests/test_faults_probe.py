@@ -8,8 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import save_sst2_classifier
-from compressor.cli import main
+from test_faults_runner import run_cli
 from compressor.core.guard import LOCK_FILE
 from compressor.recipe import run_recipe
 
@@ -26,16 +25,6 @@ teacher:
 stages:
   - evaluate: {{split: dev}}
 """
-
-
-def run_cli(capsys, *args):
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_error_line(code, err, *words):
@@ -56,19 +45,6 @@ def write(path, text) -> str:
 def quiet(_):
     pass
 
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, minilm_dir):
-    return save_sst2_classifier(tmp_path_factory.mktemp("ckpt") / "bert-sst2", minilm_dir)
-
-
-@pytest.fixture(scope="module")
-def export_dir(tmp_path_factory, checkpoint):
-    from compressor.export import export_onnx
-
-    out = str(tmp_path_factory.mktemp("exp") / "bert")
-    export_onnx(checkpoint, out, parity=False)
-    return out
 
 
 @pytest.fixture
