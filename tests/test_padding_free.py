@@ -28,6 +28,7 @@ def test_the_two_grouping_rules_agree_and_cover_every_row_once(batching, batch_s
     from compressor.core.batches import length_groups
     from compressor.export.runtime import batch_groups
 
+    assert length_groups is batch_groups   # one rule for the PyTorch and the ONNX paths
     groups = batch_groups(LENGTHS, batch_size, batching, window=2)
     assert groups == length_groups(LENGTHS, batch_size, batching, window=2)
     assert sorted(i for g in groups for i in g) == list(range(len(LENGTHS)))

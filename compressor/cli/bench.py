@@ -15,7 +15,7 @@ def _names(value):
 
 def _batching(value):
     ways = _names(value)
-    known = ("padded", "sorted", "bucketed")   # compressor.export.runtime.BATCHINGS
+    from compressor.core.grouping import BATCHINGS as known
     bad = [w for w in ways if w not in known]
     if bad or not ways or len(set(ways)) != len(ways):
         raise click.BadParameter(f"expected a comma list of {', '.join(known)} (each once), got {value!r}",

@@ -10,6 +10,9 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import torch
 
 from compressor.core.arch import uses_token_type_ids
+# the one grouping rule, shared with the torch-free runtime (compressor.export.runtime)
+from compressor.core.grouping import BATCHINGS, BUCKET_WINDOW  # noqa: F401
+from compressor.core.grouping import batch_groups as length_groups
 
 
 def encode(tokenizer, examples: Sequence, max_length: int, config) -> List[Dict]:
@@ -57,29 +60,6 @@ NO_LABEL = {False: -100, True: float("nan")}   # (classification, regression): a
 def has_label(labels: torch.Tensor) -> torch.Tensor:
     """Which rows of a batch's ``labels`` have one (see :data:`NO_LABEL`)."""
     return ~torch.isnan(labels) if labels.is_floating_point() else labels != NO_LABEL[False]
-
-
-BATCHINGS = ("padded", "sorted", "bucketed")
-BUCKET_WINDOW = 8   # bucketed: rows are sorted within windows of this many batches
-
-
-def length_groups(lengths: Sequence[int], batch_size: int, batching: str = "sorted",
-                  window: int = BUCKET_WINDOW) -> List[List[int]]:
-    """Row indices of each batch: ``padded`` in input order, ``sorted`` by token count over all
-    rows (stable), ``bucketed`` sorted within windows of ``window`` batches; batch size 1 keeps
-    input order. The rule of ``compressor.export.runtime.batch_groups`` (the ONNX path), kept
-    here too because that file imports nothing of the toolkit's."""
-    if batching not in BATCHINGS:
-        raise ValueError(f"batching must be one of {', '.join(BATCHINGS)}, not {batching!r}")
-    batch_size = max(1, int(batch_size))
-    order = list(range(len(lengths)))
-    if batch_size > 1 and batching == "sorted":
-        order.sort(key=lambda i: lengths[i])
-    elif batch_size > 1 and batching == "bucketed":
-        span = batch_size * max(1, window)
-        order = [i for s in range(0, len(order), span)
-                 for i in sorted(order[s:s + span], key=lambda i: lengths[i])]
-    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
 
 
 def iter_batches(items: Sequence[Dict], batch_size: int, pad_id: int, regression: bool,

@@ -23,6 +23,8 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_status
 from tokenizers import Tokenizer
 
+from compressor.core.grouping import BATCHINGS, BUCKET_WINDOW, batch_groups  # noqa: F401 (the runtime's API)
+
 Text = Union[str, Tuple[str, str]]
 
 try:  # within the toolkit a bad export is one of its one-line errors; on an edge box, a ValueError
@@ -226,33 +228,6 @@ def open_graph(folder: str, threads: Optional[int] = None, providers: Optional[l
         chain = FOLDER_RUNTIMES[SEGMENTS_FORMAT]   # compressor.exit.runtime.SegmentChain
         return chain(folder, threads=threads, providers=providers)   # never spins: see there
     return Predictor(folder, threads=threads, providers=providers, model_file=model_file, spinning=spinning)
-
-
-BATCHINGS = ("padded", "sorted", "bucketed")
-BUCKET_WINDOW = 8   # bucketed: rows are sorted within windows of this many batches
-
-
-def batch_groups(lengths: Sequence[int], batch_size: int, batching: str = "sorted",
-                 window: int = BUCKET_WINDOW) -> List[List[int]]:
-    """Row indices of each batch, for rows of token counts ``lengths``.
-
-    ``padded``: in input order (each batch padded to its longest row, the rest thrown away);
-    ``sorted``: by token count over all rows (stable), so a batch holds rows of nearly one
-    length and computes almost no padding; ``bucketed``: sorted within windows of ``window``
-    batches in input order (what a server with that much look-ahead can do). Batch size 1
-    keeps input order whatever ``batching`` says. ``compressor.core.batches.length_groups``
-    is the same rule for the PyTorch path (this file stays free of the toolkit)."""
-    if batching not in BATCHINGS:
-        raise ValueError(f"batching must be one of {', '.join(BATCHINGS)}, not {batching!r}")
-    batch_size = max(1, int(batch_size))
-    order = list(range(len(lengths)))
-    if batch_size > 1 and batching == "sorted":
-        order.sort(key=lambda i: lengths[i])
-    elif batch_size > 1 and batching == "bucketed":
-        span = batch_size * max(1, window)
-        order = [i for s in range(0, len(order), span)
-                 for i in sorted(order[s:s + span], key=lambda i: lengths[i])]
-    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
 
 
 def _pad_id(folder: str, tokenizer: Tokenizer) -> int:
