@@ -115,7 +115,7 @@ def digest_files(folder: str, skip=("record.json",)) -> dict:
             rel = os.path.relpath(path, folder)
             if rel in skip or os.path.islink(path):
                 continue
-            files[rel] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
+            files[rel] = {"bytes": os.path.getsize(path), "sha256": file_sha256(path)}
     return files
 
 
@@ -130,12 +130,13 @@ def check_files(folder: str, recorded: Optional[dict]) -> Optional[str]:
         size = os.path.getsize(path)
         if size != want["bytes"]:
             return f"{rel} has {size:,} bytes, {want['bytes']:,} when it was written"
-        if _sha256(path) != want["sha256"]:
+        if file_sha256(path) != want["sha256"]:
             return f"{rel} has changed since it was written"
     return None
 
 
-def _sha256(path: str) -> str:
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file's bytes (hex), read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

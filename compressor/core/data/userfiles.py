@@ -6,7 +6,6 @@ so a label that appears only in dev is reported with its file and line.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -15,6 +14,7 @@ from typing import Optional
 from compressor.core.data.readers import Dataset, read_user_file
 from compressor.core.data.tasks import TASKS, TaskSpec, custom_task
 from compressor.core.errors import CompressorError
+from compressor.core.guard import file_sha256
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class UserData:
             raise CompressorError(f"the {split} file {path} that {where} records is gone (moved or "
                                   f"deleted); give its new path with --{split}-file"
                                   + (" (eval: --input)" if split == "dev" else ""))
-        if file_digest(path) != digest and path not in _WARNED:
+        if file_sha256(path) != digest and path not in _WARNED:
             _WARNED.add(path)
             print(f"warning: {path} has changed since {where} recorded it (sha256 differs); "
                   "using it as it is now", file=sys.stderr)
@@ -75,14 +75,6 @@ def default_task_name(label_column: Optional[str]) -> str:
     return name if name and name.lower() not in _GENERIC_LABELS and name not in TASKS else "custom"
 
 
-def file_digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def data_meta(user_data: Optional[UserData]) -> dict:
     """What ``compressor.json`` records of the user's files (absolute path and sha256 of each,
     the columns), so later commands need not be told them; nothing for GLUE data."""
@@ -91,7 +83,7 @@ def data_meta(user_data: Optional[UserData]) -> dict:
     files = {}
     for split, path in (("train", user_data.train), ("dev", user_data.dev)):
         if path and os.path.isfile(path):
-            files[split] = {"path": os.path.abspath(path), "sha256": file_digest(path)}
+            files[split] = {"path": os.path.abspath(path), "sha256": file_sha256(path)}
     if not files:
         return {}
     return {DATA_FILES: {**files, "text_columns": list(user_data.text_columns),
