@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import warnings
 import shutil
 import socket
@@ -321,7 +322,7 @@ def refuse_pickle_only(path: str) -> None:
                         raise
                     torch.load(file, map_location="cpu", weights_only=True)
         except Exception as exc:   # noqa: BLE001 - whatever the unpickler refused
-            if "Weights only load failed" in str(exc) or isinstance(exc, __import__("pickle").UnpicklingError):
+            if "Weights only load failed" in str(exc) or isinstance(exc, pickle.UnpicklingError):
                 raise CompressorError(f"{file}: a pickle that holds more than tensors, which compressor "
                                       "never loads (it could run code); save the model as safetensors") from None
             raise CompressorError(f"{file}: unreadable weights ({str(exc).splitlines()[0][:200]})") from None
