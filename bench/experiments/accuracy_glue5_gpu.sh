@@ -1,0 +1,72 @@
+#!/bin/bash
+# Issue 32 on a GPU machine with several GPUs (device tool, nvidia-h100-x4): per GLUE-5 task, a
+# teacher fine-tuned from MPNet-base with about a tenth of its training rows held out
+# (glue5_tasks.sh: teacher_spec, holdout_rows), then side by side
+#  - on the task's GPU: recipes/mpnet/chain-augmented.yaml (chain-augmented-sst2.yaml on SST-2):
+#    augmentation, TinyBERT's two-stage 6-layer student, heads/FFN pruning with recovery, fused
+#    ONNX, INT8 chosen on the held-out rows;
+#  - on the CPU: recipes/mpnet/teacher-int8-auto.yaml, the teacher's own INT8 chosen the same way.
+# Dev is scored once per stage; nothing is chosen on dev. Every stage's record and the teachers'
+# metrics come back in OUT_DIR/TASK/ (no weights).
+#   MPNET=BASE_FOLDER LANES="0:cola 1:sst2,stsb 2:mrpc 3:rte" bash bench/experiments/accuracy_glue5_gpu.sh GLUE_DIR OUT_DIR
+# LIMITS="--train-limit 64 --dev-limit 32" HOLDOUT_ROWS=16 DEVICE=cpu LANES="0:rte" RECIPE_DATA="train_limit: 64, dev_limit: 32"
+# make a dry run on the CPU (RECIPE_DATA becomes the recipes' data section).
+set -uo pipefail
+GLUE=$1; OUT=$2
+source "$(dirname "$0")/glue5_tasks.sh"   # teacher_spec, holdout_rows
+export COMPRESSOR_PROGRESS=0 PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
+WORK=${WORK:-$HOME/acc}; DEVICE=${DEVICE:-cuda}; LIMITS=${LIMITS:-}; MPNET=${MPNET:?MPNET=the MPNet-base folder}
+PRECISION=bf16; [ "$DEVICE" = cpu ] && PRECISION=fp32
+LANES=${LANES:-"0:cola 1:sst2,stsb 2:mrpc 3:rte"}
+mkdir -p "$WORK" "$OUT/logs"
+log() { echo "$*" | sed -e "s|$HOME/|~/|g" -e "s|$PWD/||g" >> "$OUT/commands.txt"; }
+python3 - > "$OUT/env.txt" 2>&1 <<'PY'
+import os, platform, torch, transformers
+print(platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__,
+      [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())], os.cpu_count(), "cores")
+PY
+recipe_for() {  # task recipe: the recipe file to run (a copy with a data section for a dry run)
+  local r="recipes/mpnet/$2.yaml"
+  if [ -n "${RECIPE_DATA:-}" ]; then
+    cp "$r" "$WORK/$2-$1.yaml" && echo "data: {dir: $GLUE, ${RECIPE_DATA}}" >> "$WORK/$2-$1.yaml" && r="$WORK/$2-$1.yaml"
+  fi
+  echo "$r"
+}
+bring_back() {  # run-folder name: every stage's small JSON and markdown files, without weights
+  mkdir -p "$OUT/$1"
+  ( cd "$WORK/$1" 2>/dev/null && find . -maxdepth 3 \( -name '*.json' -o -name '*.md' \) -not -name 'tokenizer*' \
+      -not -name 'special_tokens_map.json' -not -name 'vocab*' -size -4M -not -path '*/.*' -print0 \
+      | xargs -0r cp --parents -t "$OUT/$1" ) || true
+  find "$OUT/$1" -type f -print0 | xargs -0r sed -i -e "s|$PWD/||g" -e "s|$HOME/|~/|g"
+}
+task_lane() {  # gpu task
+  local gpu=$1 task=$2 name=$2-holdout
+  set -- $(teacher_spec $task)
+  T=(python3 -m compressor finetune "$MPNET" --task $task --data-dir "$GLUE" --out "$WORK/$name"
+    --epochs "$1" --batch-size "$2" --lr 2e-5 --max-length 128 --warmup 0.06 --eval-every 1000000 --seed 42
+    --precision $PRECISION --device "$DEVICE" --overwrite --holdout ${HOLDOUT_ROWS:-$(holdout_rows $task)} $LIMITS)
+  log "CUDA_VISIBLE_DEVICES=$gpu ${T[*]}"
+  if [ ! -f "$WORK/$name/metrics.json" ]; then
+    CUDA_VISIBLE_DEVICES=$gpu "${T[@]}" > "$OUT/logs/$name.log" 2>&1 \
+      || { echo "FAILED $name" >> "$OUT/logs/failed.txt"; return 1; }
+  fi
+  mkdir -p "$OUT/$task" && cp "$WORK/$name/metrics.json" "$OUT/$task/teacher-holdout-metrics.json"
+  local chain=chain-augmented; [ $task = sst2 ] && chain=chain-augmented-sst2
+  C=(python3 -m compressor run "$(recipe_for $task $chain)" --task $task --teacher "$WORK/$name"
+     --data-dir "$GLUE" --device "$DEVICE" --out "$WORK/$task-chain")
+  Q=(python3 -m compressor run "$(recipe_for $task teacher-int8-auto)" --task $task --teacher "$WORK/$name"
+     --data-dir "$GLUE" --device cpu --out "$WORK/$task-teacher-int8")
+  log "CUDA_VISIBLE_DEVICES=$gpu ${C[*]}"; log "${Q[*]}"
+  ( CUDA_VISIBLE_DEVICES=$gpu "${C[@]}" > "$OUT/logs/$task-chain.log" 2>&1 || echo "FAILED $task-chain" >> "$OUT/logs/failed.txt"
+    bring_back $task-chain ) &
+  ( CUDA_VISIBLE_DEVICES= "${Q[@]}" > "$OUT/logs/$task-teacher-int8.log" 2>&1 || echo "FAILED $task-teacher-int8" >> "$OUT/logs/failed.txt"
+    bring_back $task-teacher-int8 ) &
+  wait
+}
+for lane in $LANES; do
+  gpu=${lane%%:*}
+  for task in $(echo "${lane#*:}" | tr , ' '); do task_lane "$gpu" "$task" & done
+done
+wait
+sort -u -o "$OUT/commands.txt" "$OUT/commands.txt"
+echo "all done"
