@@ -1,0 +1,126 @@
+"""Dynamic batching: texts from concurrent requests queue up and run through the model together.
+
+One asyncio task takes the first waiting text, then more until it holds ``max_batch`` of them
+or ``max_wait_ms`` has passed since the first, runs the model on them in a thread of its own
+(the event loop keeps taking requests meanwhile) and hands each text's logits back to the
+request that sent it. While one batch runs the next one gathers, so a busy server runs full
+batches back to back and an idle one answers a lone text after ``max_wait_ms`` at most.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+_STOP = object()
+
+
+@dataclass
+class _Item:
+    text: object
+    future: asyncio.Future
+
+
+class Batcher:
+    """Queue texts for ``graph`` (a ``Predictor`` or an early-exit ``SegmentChain``).
+
+    ``alone``: run each text of a batch by itself (a dynamic INT8 graph, whose activation
+    ranges are taken over the whole batch: batched, one client's answer would depend on the
+    texts of others). ``on_batch(size, seconds)`` is told of every run, on the event loop.
+    """
+
+    def __init__(self, graph, max_batch: int = 32, max_wait_ms: float = 5.0, alone: bool = False,
+                 on_batch=None, on_queue=None):
+        self.graph = graph
+        self.max_batch = max_batch
+        self.max_wait = max_wait_ms / 1000.0
+        self.alone = alone
+        self.on_batch = on_batch or (lambda size, seconds: None)
+        self.on_queue = on_queue or (lambda depth: None)
+        self._queue: Optional[asyncio.Queue] = None
+        self._task: Optional[asyncio.Task] = None
+        # one thread: the model runs one batch at a time, with all its onnxruntime threads
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="compressor-model")
+
+    def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._serve(), name="compressor-batcher")
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def submit(self, texts: Sequence) -> np.ndarray:
+        """The logits of ``texts`` (one row each, in order), once the batches holding them ran."""
+        if not self.running:
+            raise RuntimeError("the batcher is not running")
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in texts]
+        for text, future in zip(texts, futures):
+            self._queue.put_nowait(_Item(text, future))
+        self.on_queue(self._queue.qsize())
+        rows = await asyncio.gather(*futures)
+        return np.stack(rows)
+
+    async def stop(self) -> None:
+        """Run every text already queued, then end the batching task and its thread."""
+        if self._task is None:
+            return
+        if not self._task.done():
+            self._queue.put_nowait(_STOP)
+            await self._task
+        self._executor.shutdown(wait=True)
+        self._task = None
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is _STOP:
+                break
+            items: List[_Item] = [first]
+            deadline = loop.time() + self.max_wait
+            while len(items) < self.max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        break
+                    try:
+                        item = await asyncio.wait_for(self._queue.get(), left)
+                    except (asyncio.TimeoutError, TimeoutError):
+                        break
+                if item is _STOP:
+                    stopping = True
+                    break
+                items.append(item)
+            self.on_queue(self._queue.qsize())
+            await self._run([i for i in items if not i.future.done()])   # a cancelled request's texts drop out
+
+    async def _run(self, items: List[_Item]) -> None:
+        if not items:
+            return
+        start = time.perf_counter()
+        try:
+            logits = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._logits, [i.text for i in items])
+        except Exception as exc:   # the model failed: every request of this batch gets the error
+            for i in items:
+                if not i.future.done():
+                    i.future.set_exception(exc)
+            return
+        self.on_batch(len(items), time.perf_counter() - start)
+        for i, row in zip(items, logits):
+            if not i.future.done():
+                i.future.set_result(row)
+
+    def _logits(self, texts: list) -> np.ndarray:
+        # Predictor batches by token count and pads each batch to its longest; a chain runs the
+        # batch through its segments, rows leaving at their exits
+        return self.graph.logits(texts, batch_size=1 if self.alone else len(texts))
