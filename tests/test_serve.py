@@ -354,3 +354,13 @@ def test_a_folder_the_runtime_cannot_run_is_one_line(tmp_path):
                          capture_output=True, text=True, cwd=ROOT)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 1 and len(lines) == 1 and "not an ONNX export folder" in lines[0], out.stderr
+
+
+@pytest.mark.e2e
+def test_without_the_serve_extra_the_command_says_what_to_install(export_dir):
+    code = ("import sys\nsys.modules['uvicorn'] = None\nfrom compressor.cli import main\n"
+            f"main(['serve', {export_dir!r}, '--port', '0'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and len(lines) == 1, out.stderr
+    assert lines[0] == "error: compressor serve needs uvicorn: pip install 'compressor[serve]'"

@@ -19,9 +19,14 @@ from compressor.serve.config import ServeConfig
 
 def require_server_packages() -> None:
     """One line naming the extra, where the server's packages are not installed."""
-    import importlib.util
+    import importlib
 
-    missing = [name for name in ("starlette", "uvicorn") if importlib.util.find_spec(name) is None]
+    missing = []
+    for name in ("starlette", "uvicorn"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
     if missing:
         raise CompressorError(f"compressor serve needs {' and '.join(missing)}: "
                               "pip install 'compressor[serve]'")
