@@ -336,6 +336,13 @@ def test_the_command_serves_on_loopback_and_exits_0_on_sigterm(export_dir, tmp_p
         bad = httpx.post(f"{url}/predict", content=b"{not json", timeout=10)
         assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]
         assert 'code="200"' in httpx.get(f"{url}/metrics", timeout=10).text
+        with httpx.Client(timeout=10) as keep_alive:   # one connection: no 40 ms delayed-ACK stall per
+            waits = []                                  # answer (the listening socket sets TCP_NODELAY)
+            for _ in range(7):
+                t0 = time.perf_counter()
+                keep_alive.get(f"{url}/health")
+                waits.append(time.perf_counter() - t0)
+        assert sorted(waits)[3] < 0.03, waits
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)

@@ -71,7 +71,9 @@ def serve(folder: str, config: Optional[ServeConfig] = None,
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on such sockets; without it a
+    # keep-alive answer written in two parts (head, body) waits for the client's delayed ACK (40 ms)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
