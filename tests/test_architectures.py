@@ -146,7 +146,7 @@ def test_finetune_distil_export_quantize_bench(arch, bases, glue_dir, tmp_path):
     # a 1-layer student of the teacher's first layer, taught by its logits, hidden states,
     # attention probabilities and (MiniLM) query/key/value relations
     record = distill(teacher, student, data_dir=glue_dir, train_limit=64, dev_limit=32,
-                     config=DistillConfig(**QUICK), student={"kind": "layers", "num_layers": 1},
+                     config=DistillConfig(train=QUICK), student={"kind": "layers", "num_layers": 1},
                      losses={"kd": 1.0, "hidden": 1.0, "attention": 1.0, "minilm": 1.0})
     assert record["student"]["teacher_layers"] == [1] and record["steps"] > 0
     assert record["parameters"] < record["teacher_parameters"]
@@ -197,7 +197,7 @@ def test_modernbert_student_from_later_layers_is_refused_in_one_line(bases, glue
              config=TrainConfig(**QUICK))
     with pytest.raises(CompressorError, match="keeps layer 1 first, and only there") as err:
         distill(teacher, str(tmp_path / "s"), data_dir=glue_dir, train_limit=16, dev_limit=16,
-                config=DistillConfig(**QUICK), student={"kind": "layers", "num_layers": 1, "pick": "last"})
+                config=DistillConfig(train=QUICK), student={"kind": "layers", "num_layers": 1, "pick": "last"})
     assert "\n" not in str(err.value)
     assert not os.path.exists(tmp_path / "s")
 

@@ -258,8 +258,8 @@ def test_distillation_trains_on_the_augmented_rows_with_one_teacher_pass(teacher
     monkeypatch.setattr(distiller, "predict_logits",
                         lambda model, tok, examples, *a, **k: seen.append(len(examples)) or real(model, tok, examples, *a, **k))
     config = distiller.DistillConfig(student={"kind": "layers", "num_layers": 1}, losses={"kd": 1, "task": 1},
-                                     augment=str(tmp_path / "aug"), epochs=1, batch_size=16, max_length=64,
-                                     device="cpu")
+                                     augment=str(tmp_path / "aug"),
+                                     train={"epochs": 1, "batch_size": 16, "max_length": 64, "device": "cpu"})
     record = distiller.distill(teacher, str(tmp_path / "student"), config=config, data_dir=glue_dir,
                                train_limit=24, dev_limit=16)
     assert seen == [24]   # the teacher labels the training rows; the copies brought their logits
@@ -280,8 +280,8 @@ def test_recipe_augment_then_two_stage_distill(teacher, glue_dir, tmp_path):
               "stages": [{"augment": {"copies": 2, "max_length": 64}},
                          {"distill": {"student": {"kind": "layers", "num_layers": 1},
                                       "losses": {"kd": 1, "task": 1, "hidden": 1, "attention": 1},
-                                      "augment": "recipe", "intermediate_epochs": 1, "epochs": 1,
-                                      "batch_size": 16, "max_length": 64}}]}
+                                      "augment": "recipe", "intermediate_epochs": 1,
+                                      "train": {"epochs": 1, "batch_size": 16, "max_length": 64}}}]}
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(recipe))
     manifest = run_recipe(str(path), str(tmp_path / "run"), data_dir=glue_dir, log=lambda m: None)

@@ -127,7 +127,8 @@ def test_one_config_type_per_method_holds_only_its_settings():
     assert len(set(types.values())) == len(types) == 12
     names = {key: {f.name for f in dataclasses.fields(cls)} for key, cls in types.items()}
     assert "calibration" in names["onnxruntime", "static"] and "calibration" not in names["onnxruntime", "dynamic"]
-    assert "epochs" in names["onnxruntime", "qat"] and "epochs" not in names["onnxruntime", "mixed"]
+    assert "train" in names["onnxruntime", "qat"] and "train" not in names["onnxruntime", "mixed"]
+    assert "epochs" not in names["onnxruntime", "qat"]   # a training setting lives in the train section
     assert "preset" not in names["inc", "static"] and "smoothquant_alpha" not in names["torchao", "dynamic"]
     assert names["onnxruntime", "fp16"] == {"backend", "method", "threads"}
     with pytest.raises(Q.CompressorError, match="no setting 'calibration'"):
@@ -135,6 +136,8 @@ def test_one_config_type_per_method_holds_only_its_settings():
     # a config round-trips through its mapping, as a recipe stores it
     static = Q.OrtStaticConfig(calibration="entropy", preset="avx512_vnni")
     assert config_from_dict(Q.QuantizeConfig, dataclasses.asdict(static)) == static
+    qat = Q.OrtQATConfig(train={"lr": 2e-5, "max_steps": 3})
+    assert config_from_dict(Q.QuantizeConfig, dataclasses.asdict(qat)) == qat
 
 
 def test_each_config_type_dispatches_to_its_function():
@@ -201,7 +204,7 @@ def test_a_loss_registered_by_name_trains_through_the_config(classifier, tmp_pat
         model = transformers.AutoModelForSequenceClassification.from_pretrained(classifier, num_labels=2)
         save_checkpoint(model, transformers.AutoTokenizer.from_pretrained(classifier), teacher,
                         checkpoint_meta(data.task(), 16, "test"))
-        config = DistillConfig(max_steps=3, epochs=0, batch_size=16, max_length=16, device="cpu",
+        config = DistillConfig(train={"max_steps": 3, "epochs": 0, "batch_size": 16, "max_length": 16, "device": "cpu"},
                                student={"kind": "layers", "num_layers": 1},
                                losses={"kd": 1, "logit_norm": {"weight": 0.5, "target": 3}})
         record = distill(teacher, str(tmp_path / "student"), config=config, user_data=data)

@@ -225,7 +225,7 @@ def test_distillation_improves_the_student(trained_teacher, tmp_path):
     from compressor.core.data import load_data
 
     teacher_dir, data = trained_teacher
-    config = DistillConfig(epochs=3, lr=3e-3, **QUICK, student={"kind": "config", "num_layers": 1},
+    config = DistillConfig(train=dict(epochs=3, lr=3e-3, **QUICK), student={"kind": "config", "num_layers": 1},
                            losses={"kd": {"weight": 1, "temperature": 2}, "hidden": 1, "attention": 1})
     teacher, tok = load_for_task(teacher_dir, attn_implementation="eager")
     task = load_data(data.task(), "dev", user_data=data).task
@@ -247,7 +247,7 @@ def test_distillation_improves_the_student(trained_teacher, tmp_path):
 def test_two_stage_narrow_student_with_projections(trained_teacher, tmp_path):
     """TinyBERT's schedule: hidden 16 vs the teacher's 32 needs projections, which are not saved."""
     teacher_dir, data = trained_teacher
-    config = DistillConfig(epochs=2, lr=3e-3, **QUICK, intermediate_epochs=1,
+    config = DistillConfig(train=dict(epochs=2, lr=3e-3, **QUICK), intermediate_epochs=1,
                            student={"kind": "config", "num_layers": 1, "hidden_size": 16, "heads": 4},
                            losses={"kd": 1, "hidden": 1, "embedding": 1, "attention": 1})
     record = distill(teacher_dir, str(tmp_path / "s"), config=config, user_data=data)
@@ -262,7 +262,7 @@ def test_two_stage_narrow_student_with_projections(trained_teacher, tmp_path):
 
 def test_minilm_and_cosine_losses_train(trained_teacher, tmp_path):
     teacher_dir, data = trained_teacher
-    config = DistillConfig(epochs=2, lr=3e-3, **QUICK,
+    config = DistillConfig(train=dict(epochs=2, lr=3e-3, **QUICK),
                            student={"kind": "config", "num_layers": 1, "hidden_size": 16, "heads": 2},
                            losses={"task": 1, "minilm": 1, "cosine": 1})
     record = distill(teacher_dir, str(tmp_path / "s"), config=config, user_data=data)
@@ -274,7 +274,7 @@ def test_small_student_learns_and_loads_like_any_checkpoint(trained_teacher, tmp
     from compressor.engine.scoring import evaluate, predict
 
     teacher_dir, data = trained_teacher
-    config = DistillConfig(epochs=3, lr=1e-2, **QUICK,
+    config = DistillConfig(train=dict(epochs=3, lr=1e-2, **QUICK),
                            student={"kind": kind, "embedding_dim": 16, "hidden_size": 16},
                            losses={"logits_mse": 1})
     out = tmp_path / kind
@@ -294,7 +294,7 @@ def test_small_student_learns_and_loads_like_any_checkpoint(trained_teacher, tmp
     assert result["rows"] == 96
     with pytest.raises(CompressorError, match="no layers to match"):
         distill(teacher_dir, str(tmp_path / "x"), user_data=data, config=DistillConfig(
-            **QUICK, student={"kind": kind}, losses={"kd": 1, "hidden": 1}))
+            train=QUICK, student={"kind": kind}, losses={"kd": 1, "hidden": 1}))
 
 
 def test_distill_stage_in_a_recipe(trained_teacher, tmp_path):
@@ -312,9 +312,7 @@ stages:
   - distill:
       student: {{kind: layers, num_layers: 1}}
       losses: {{kd: {{weight: 1, temperature: 2}}}}
-      epochs: 2
-      lr: 2e-3
-      max_length: 16
+      train: {{epochs: 2, lr: 2e-3, max_length: 16}}
   - evaluate: {{split: dev}}
 """
     manifest = run_recipe(recipe_from_text(text), str(tmp_path / "run"))
@@ -368,7 +366,7 @@ def test_progressive_transfer_trains_one_layer_at_a_time_bottom_up(trained_teach
     from compressor.engine.train import Callback
 
     teacher_dir, data = trained_teacher
-    config = DistillConfig(epochs=2, lr=3e-3, **QUICK, intermediate_epochs=2, progressive=True,
+    config = DistillConfig(train=dict(epochs=2, lr=3e-3, **QUICK), intermediate_epochs=2, progressive=True,
                            student={"kind": "config", "num_layers": 2, "hidden_size": 16, "heads": 4},
                            losses={"kd": 1, "hidden": 1, "embedding": 1,
                                    "attention": {"weight": 1, "measure": "kl"}})
@@ -417,7 +415,7 @@ def test_general_distillation_runs_first_on_unlabelled_text(trained_teacher, tmp
     """TinyBERT's three stages: layer losses over the pooled GLUE text, then on the task's rows,
     then the prediction layer."""
     teacher_dir, data = trained_teacher
-    config = DistillConfig(epochs=2, lr=3e-3, **QUICK, intermediate_epochs=1, general_epochs=1,
+    config = DistillConfig(train=dict(epochs=2, lr=3e-3, **QUICK), intermediate_epochs=1, general_epochs=1,
                            general_rows=40, student={"kind": "config", "num_layers": 1, "hidden_size": 16, "heads": 4},
                            losses={"kd": 1, "hidden": 1, "attention": 1})
     record = distill(teacher_dir, str(tmp_path / "s"), config=config, data_dir=glue_dir, user_data=data)
@@ -446,7 +444,7 @@ def test_general_distillation_from_the_base_encoder_is_done_once_and_reused_by_o
 
     base = tiny_models["bert"]
     cache = tmp_path / "general"
-    config = DistillConfig(epochs=1, lr=3e-3, **QUICK, general_epochs=1, general_rows=24,
+    config = DistillConfig(train=dict(epochs=1, lr=3e-3, **QUICK), general_epochs=1, general_rows=24,
                            general_teacher=base, general_cache=str(cache),
                            student={"kind": "config", "num_layers": 1, "hidden_size": 16, "heads": 4},
                            losses={"kd": 1, "hidden": 1, "attention": 1})

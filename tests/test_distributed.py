@@ -34,10 +34,7 @@ stages:
   - distill:
       student: {{kind: layers, num_layers: 1}}
       losses: {{kd: {{weight: 1, temperature: 2}}}}
-      epochs: 1
-      batch_size: 12
-      lr: 2e-3
-      max_length: 16
+      train: {{epochs: 1, batch_size: 12, lr: 2e-3, max_length: 16}}
       cache_teacher_logits: false
 """)
     return str(path)

@@ -195,7 +195,7 @@ def _train_tiny(tmp_path, minilm_dir, glue_dir, **settings):
     from compressor.exit import early_exit
 
     teacher = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
-    config = {"epochs": 1, "batch_size": 16, "max_length": 32, "device": "cpu",
+    config = {"train": {"epochs": 1, "batch_size": 16, "max_length": 32, "device": "cpu"},
               "calibrate": {"rows": 32}, **settings}
     out = str(tmp_path / "ee")
     record = early_exit(teacher, out, config, data_dir=glue_dir, train_limit=96, dev_limit=24)
@@ -317,8 +317,8 @@ def test_self_distillation_and_joint_training_move_what_they_should(training, mi
         train = replace(train, examples=[replace(ex, label=None) for ex in train.examples])
     model = EarlyExitModel(net)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    config = EarlyExitConfig(training=training, epochs=1, batch_size=16, max_length=32,
-                             device="cpu", lr=1e-3)
+    config = EarlyExitConfig(training=training, train={"epochs": 1, "batch_size": 16, "max_length": 32,
+                                                       "device": "cpu", "lr": 1e-3})
     record = train_exits(model, tokenizer, train, held, config)
     after = model.state_dict()
     heads_moved = any(not torch.equal(after[k], before[k]) for k in after if k.startswith("heads."))
@@ -343,7 +343,7 @@ data: {{train_limit: 64, dev_limit: 16}}
 teacher: {teacher}
 device: cpu
 stages:
-  - early_exit: {{epochs: 1, batch_size: 16, max_length: 32, rule: max_prob, calibrate: {{rows: 16}}}}
+  - early_exit: {{train: {{epochs: 1, batch_size: 16, max_length: 32}}, rule: max_prob, calibrate: {{rows: 16}}}}
   - early_exit_export: {{parity_rows: 8, fp32_units: [layer.0]}}
   - bench: {{sentences: 4, warmup: 1, batch_sizes: [4], throughput_batches: 1, memory: false, peers: []}}
 """)
@@ -379,7 +379,7 @@ stages:
 
     entropy = tmp_path / "entropy.yaml"
     entropy.write_text(f"name: t\ntask: stsb\nteacher: {teacher}\nstages:\n  - early_exit:\n"
-                       "      epochs: 1\n      rule: entropy\n  - early_exit_export: {}\n")
+                       "      train: {epochs: 1}\n      rule: entropy\n  - early_exit_export: {}\n")
     assert has(validate(capsys, str(entropy)), entropy, 7, "stsb: a regression task exits on patience"), lines
     entropy.write_text(entropy.read_text().replace("task: stsb", "task: sst2"))
     load_recipe(str(entropy))

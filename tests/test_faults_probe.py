@@ -270,7 +270,7 @@ def test_a_prune_stage_runs_under_two_processes(tmp_path, checkpoint):
               importance_rows: 16
               batch_size: 8
               max_length: 16
-              recover: {{mode: finetune, epochs: 1, batch_size: 8, max_length: 16}}
+              recover: {{mode: finetune, train: {{epochs: 1, batch_size: 8, max_length: 16}}}}
         """)
     env = {**os.environ, "COMPRESSOR_PROGRESS": "0", "PYTHONPATH": root}
     done = subprocess.run([sys.executable, "-m", "compressor", "run", recipe, "--out", str(tmp_path / "o"),

@@ -106,7 +106,7 @@ def test_distillation_from_such_a_teacher_leaves_its_rows_out(teacher, tmp_path,
     real = distiller.fit
     monkeypatch.setattr(distiller, "fit", lambda model, tok, rows, *a, **k: trained_on.append(rows) or real(model, tok, rows, *a, **k))
     result = distill(teacher, str(tmp_path / "student"), task="sst2", data_dir=glue_dir, train_limit=64,
-                     dev_limit=8, config=DistillConfig(epochs=1, batch_size=16, max_length=32, device="cpu",
+                     dev_limit=8, config=DistillConfig(train=dict(epochs=1, batch_size=16, max_length=32, device="cpu"),
                                                        student={"kind": "layers", "num_layers": 1},
                                                        losses={"kd": 1}))
     assert result["phases"][-1]["train_examples"] == 64          # the limit, counted after the 16 left out
@@ -143,12 +143,12 @@ def test_early_exit_can_calibrate_on_the_rows_the_teacher_held_out(teacher, tmp_
     from compressor.exit import early_exit
     from test_cli import assert_one_line_error, run_cli
 
-    record = early_exit(teacher, str(tmp_path / "ee"), {"epochs": 1, "max_length": 32,
+    record = early_exit(teacher, str(tmp_path / "ee"), {"train": {"epochs": 1, "max_length": 32},
                         "calibrate": {"split": "holdout", "rows": 10}}, data_dir=glue_dir,
                         train_limit=48, dev_limit=8)
     assert record["calibration_rows"] == 10 and record["calibration_split"].startswith("holdout")
     assert record["train_rows"] == 48                       # nothing of the 48 taken for calibration
-    plain = early_exit(teacher, str(tmp_path / "ee2"), {"epochs": 1, "max_length": 32,
+    plain = early_exit(teacher, str(tmp_path / "ee2"), {"train": {"epochs": 1, "max_length": 32},
                        "calibrate": {"rows": 10}}, data_dir=glue_dir, train_limit=48, dev_limit=8)
     assert plain["train_rows"] == 38 and plain["calibration_split"].startswith("train")
     from conftest import save_sst2_classifier

@@ -207,7 +207,7 @@ teacher: {teacher}
 device: cpu
 stages:
   - lowrank: {{linears: ffn, energy: 0.6, only_if_smaller: false, max_length: 32,
-               recover: {{mode: distill, epochs: 1, batch_size: 16}}}}
+               recover: {{mode: distill, train: {{epochs: 1, batch_size: 16}}}}}}
   - evaluate: {{split: dev}}
 """)
     assert validate_recipe(str(recipe)) == []

@@ -49,7 +49,8 @@ def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = 
         (name, settings), = stage.items()
         settings = settings if settings is not None else {}
         stage[name] = settings
-        for block in (settings, settings.get("recover") or {}):   # bf16 is the GPU's: on a CPU
+        recover = settings.get("recover") or {}
+        for block in (settings.get("train") or {}, recover.get("train") or {}):   # bf16 is the GPU's: on a CPU
             if block.get("precision") == "bf16":                  # without AVX-512 BF16 it is
                 block["precision"] = "fp32"                       # emulated, ten times slower
         if name == "bench":

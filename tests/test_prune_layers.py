@@ -352,8 +352,8 @@ def test_layerdrop_in_training_skips_layers_then_removes_its_hooks(tokenizer, re
 
 def test_recovery_trains_with_layerdrop_from_the_config(tokenizer, reviews):
     model = build("bert", tokenizer)
-    recover = {"mode": "finetune", "max_steps": 2, "epochs": 1, "layerdrop": 0.5, "batch_size": 16,
-               "max_length": 16, "device": "cpu"}
+    recover = {"mode": "finetune", "layerdrop": 0.5,
+               "train": {"max_steps": 2, "epochs": 1, "batch_size": 16, "max_length": 16, "device": "cpu"}}
     job = make_job(model, tokenizer, reviews, recover=recover, rule="top", drop=1)
     assert any(isinstance(cb, LayerDrop) for cb in job.job_callbacks())
     record = prune_layers(job, job.config)

@@ -44,7 +44,8 @@ def classifier(tokenizer, arch="bert"):
 
 def job_for(model, tokenizer, sst2, rows=None, **settings):
     recover = settings.pop("recover", {"mode": "none"})
-    config = MagnitudePruneConfig(**settings, recover=RecoverSettings(**{**RECOVER, **recover}))
+    train = {**RECOVER, **{k: v for k, v in recover.items() if k != "mode"}}
+    config = MagnitudePruneConfig(**settings, recover=RecoverSettings(mode=recover.get("mode", "distill"), train=train))
     config.check()
     train, dev = sst2
     if rows:

@@ -142,7 +142,7 @@ def test_prune_api_writes_a_smaller_checkpoint_that_reloads_identically(tmp_path
     out = tmp_path / "pruned"
     record = prune(sst2_model, str(out), {"method": "structured", "heads": 0.5, "ffn": 0.5,
                                           "importance_rows": 64, "iterations": 2,
-                                          "recover": {"mode": "distill", "epochs": 1, "batch_size": 16}},
+                                          "recover": {"mode": "distill", "train": {"epochs": 1, "batch_size": 16}}},
                    data_dir=glue_dir, train_limit=64, dev_limit=32)
     pruning = record["pruning"]
     assert sum(pruning["heads_before"]) == 8 and sum(pruning["heads_after"]) == 4

@@ -247,7 +247,8 @@ def test_distill_recovery_gives_the_teacher_its_own_tokenizer(tokenizer, sst2):
     model = classifier("bert", tokenizer)
     few = tuple(replace(split, examples=split.examples[:64]) for split in sst2)
     job = make_job(model, tokenizer, few,
-                   recover=RecoverSettings(mode="distill", max_steps=2, batch_size=16, device="cpu"))
+                   recover=RecoverSettings(mode="distill", train={"max_steps": 2, "batch_size": 16,
+                                                                   "device": "cpu"}))
     job.teacher = frozen_copy(model)
     record = run(job)
     assert job.teacher_tokenizer is tokenizer and job.tokenizer is not tokenizer

@@ -228,7 +228,8 @@ def test_fake_quantisation_matches_onnxruntime_and_trains(tiny, data):
 
 def test_qat_exports_a_real_int8_model(tiny, data, tmp_path):
     out = str(tmp_path / "q")
-    record = quantize(tiny["ckpt"], out, OrtQATConfig(max_steps=4, eval_every=4, lr=1e-5, batch_size=8, device="cpu",
+    record = quantize(tiny["ckpt"], out, OrtQATConfig(train={"max_steps": 4, "eval_every": 4, "lr": 1e-5,
+                                                             "batch_size": 8, "device": "cpu"},
                                                       distill_alpha=0.5),
                       train_set=data["train"], dev_set=data["dev"])
     assert record["qat"]["steps"] == 4 and record["qat"]["fake_quantized_linears"] == 12

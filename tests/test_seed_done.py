@@ -37,7 +37,7 @@ def test_a_pair_is_done_only_when_committed_whole_with_this_recipe(tmp_path):
     assert not committed(str(recipe), "cola", "/root/glue5/cola", str(results))   # never run
     assert not committed(str(recipe), "rte", "/elsewhere/rte", str(results))      # another teacher
     # the recipe edited since (another schedule, say): its committed run no longer counts
-    recipe.write_text(RECIPE.replace("num_layers: 2}", "num_layers: 2}, epochs: 2"))
+    recipe.write_text(RECIPE.replace("num_layers: 2}", "num_layers: 2}, train: {epochs: 2}"))
     assert not committed(str(recipe), "rte", "/root/glue5/rte", str(results))
     assert main([str(recipe), "rte", "/root/glue5/rte", str(results)]) == 1
     shutil.rmtree(results)

@@ -210,7 +210,7 @@ def test_share_api_recovers_and_saves(tmp_path, minilm_dir, glue_dir):
     source = save_sst2_classifier(tmp_path / "model", minilm_dir)
     record = share(source, str(tmp_path / "shared"),
                    {"share": "all", "group": 2, "init": "mean", "embedding_rank": 16,
-                    "recover": {"mode": "distill", "epochs": 1, "batch_size": 16}},
+                    "recover": {"mode": "distill", "train": {"epochs": 1, "batch_size": 16}}},
                    data_dir=glue_dir, train_limit=32, dev_limit=16)
     assert record["recovery"]["mode"] == "distill"
     assert record["parameters"] < record["parameters_before"]

@@ -165,7 +165,7 @@ def test_distill_learns_from_the_teacher_its_setting_names(setting, expected, fo
         raise _Stop
 
     monkeypatch.setattr(stage, "distill_model", spy)
-    config = DistillConfig(device="cpu", **({} if setting is None else {"teacher": _setting(setting, folders)}))
+    config = DistillConfig(train={"device": "cpu"}, **({} if setting is None else {"teacher": _setting(setting, folders)}))
     with pytest.raises(_Stop):
         stage.distill_stage(_ctx(folders, *_data(glue_dir)), config)
     assert logits(seen["teacher"]) == expected
@@ -226,7 +226,7 @@ def test_theseus_learns_from_the_teacher_its_setting_names(setting, expected, fo
     model, tokenizer = load_for_task(folders["input"], task)
     seen = {}
     _spy_teacher_loss(monkeypatch, seen)
-    config = TheseusConfig(num_layers=1, kd={"weight": 1.0}, device="cpu", max_length=32,
+    config = TheseusConfig(num_layers=1, kd={"weight": 1.0}, train={"device": "cpu", "max_length": 32},
                            **({} if setting is None else {"teacher": _setting(setting, folders)}))
     with pytest.raises(_Stop):
         run_theseus(model, tokenizer, train, dev, config, recipe_teacher=folders["recipe"])
@@ -251,7 +251,8 @@ def test_early_exit_soft_targets_come_from_the_teacher_its_setting_names(setting
         raise _Stop
 
     monkeypatch.setattr(exit_train.ExitLoss, "__init__", spy)
-    config = EarlyExitConfig(training="self_distill", device="cpu", max_length=32, calibrate={"rows": 4},
+    config = EarlyExitConfig(training="self_distill", train={"device": "cpu", "max_length": 32},
+                             calibrate={"rows": 4},
                              **({} if setting is None else {"teacher": _setting(setting, folders)}))
     with pytest.raises(_Stop):
         run_early_exit(model, tokenizer, train, dev, config, recipe_teacher=folders["recipe"])

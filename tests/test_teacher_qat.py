@@ -35,7 +35,7 @@ def test_qat_learns_from_the_teacher_its_setting_names(setting, expected, folder
     task, train, dev = _data(glue_dir)
     seen = {}
     _spy_teacher_loss(monkeypatch, seen)
-    config = OrtQATConfig(device="cpu", max_length=32, preset="avx2",
+    config = OrtQATConfig(train={"device": "cpu", "max_length": 32}, preset="avx2",
                           **({} if setting is None else {"teacher": _setting(setting, folders)}))
     with pytest.raises(_Stop):
         _qat(folders["input"], str(tmp_path / "trained"), config, config.hardware(), task, train, dev,

@@ -156,7 +156,7 @@ def test_the_result_is_a_plain_smaller_model_that_reloads_identically(arch, sst2
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     model = _classifier(arch, vocab=tokenizer.vocab_size)
     config = TheseusConfig(num_layers=2, schedule="linear", b=0.5, replacing_epochs=1,
-                           finetune_epochs=1, batch_size=16, max_length=32, device="cpu",
+                           finetune_epochs=1, train={"batch_size": 16, "max_length": 32, "device": "cpu"},
                            kd={"weight": 1.0, "temperature": 2.0})
     train, dev = sst2
     small, record = run_theseus(model, tokenizer, train, dev, config)
@@ -188,7 +188,7 @@ teacher: {teacher}
 device: cpu
 stages:
   - theseus: {{num_layers: 1, schedule: linear, b: 0.5, replacing_epochs: 1, finetune_epochs: 1,
-               batch_size: 16, max_length: 32, kd: {{weight: 0.5}}}}
+               train: {{batch_size: 16, max_length: 32}}, kd: {{weight: 0.5}}}}
   - evaluate: {{split: dev}}
 """)
     assert validate_recipe(str(recipe)) == []
@@ -233,8 +233,8 @@ data: {{train_limit: 96, dev_limit: 16}}
 teacher: {teacher}
 device: cpu
 stages:
-  - theseus: {{num_layers: 1, rate: 0.5, replacing_epochs: 2, finetune_epochs: 1, batch_size: 8,
-               max_length: 16, freeze_shared: false}}
+  - theseus: {{num_layers: 1, rate: 0.5, replacing_epochs: 2, finetune_epochs: 1,
+               train: {{batch_size: 8, max_length: 16}}, freeze_shared: false}}
 """)
     env = {**os.environ, "COMPRESSOR_PROGRESS": "0", "PYTHONPATH": root}
     done = subprocess.run([sys.executable, "-m", "compressor", "run", str(recipe), "--out",

@@ -149,6 +149,18 @@ def _train_config(kwargs):
     return TrainConfig(**{k: kwargs.pop(k) for k in names})
 
 
+def in_sections(cls, settings: dict) -> dict:
+    """``settings`` typed flat on the command line (``--set lr=1e-4``, ``--epochs 2``) with the keys
+    of ``cls``'s training section moved into it (``{train: {lr: 1e-4}}``): the options stay flat
+    for users, the config composes its ``train`` section."""
+    from compressor.core.settings import SettingsError, lift_flat_keys
+
+    settings, _, problems = lift_flat_keys(cls, settings)
+    if problems:   # --set lr=... beside --set train.lr=...
+        raise SettingsError(problems)
+    return settings
+
+
 nproc_option = click.option(
     "--nproc", type=int, default=1, show_default=True,
     help="Train data-parallel in N processes on this host (one GPU each, or CPUs through gloo): "
@@ -400,11 +412,14 @@ def recipe_validate(path):
 
     if not os.path.isfile(path):
         raise CompressorError(f"recipe not found: {path}")
-    problems = validate_recipe(path)
+    notes: list = []
+    problems = validate_recipe(path, notes)
     if problems:
         for p in problems:
             click.echo(p, err=True)
         sys.exit(1)
+    for line in notes:   # deprecated forms it still takes
+        click.echo(f"note: {line}", err=True)
     click.echo(f"{path}: ok")
 
 

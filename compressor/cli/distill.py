@@ -39,8 +39,8 @@ def _settings(pairs, what):
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
-    from compressor.cli import (_print_metrics, _relaunched, _train_options, _user_data, data_dir_option,
-                       example, model_argument, nproc_option, own_files_options)
+    from compressor.cli import (_print_metrics, _relaunched, _train_config, _train_options, _user_data,
+                       data_dir_option, example, model_argument, nproc_option, own_files_options)
 
     @cli.command(epilog=example("compressor distill runs/teacher --student num_layers=3 --out runs/student",
                                 "compressor distill runs/teacher --student kind=config --student hidden_size=312 "
@@ -103,7 +103,7 @@ def register(cli):
             return
 
         student_values = _settings(student, "student") or {"kind": "layers", "num_layers": 3}
-        config = DistillConfig(**kwargs, student=student_values,
+        config = DistillConfig(train=_train_config(kwargs), student=student_values,
                                losses=_settings(loss, "loss") or {"kd": 1},
                                intermediate_epochs=intermediate_epochs,
                                intermediate_lr=intermediate_lr, progressive=progressive,

@@ -7,7 +7,7 @@ import click
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
     from compressor.cli.distill import _settings
-    from compressor.cli import example
+    from compressor.cli import example, in_sections
     from compressor.cli.prune import checkpoint_method, run_method
 
     @cli.command("early-exit", epilog=example("compressor early-exit runs/teacher --set rule=entropy --out runs/exits"))
@@ -21,9 +21,11 @@ def register(cli):
                        "batch_size=32, max_length=128, device=cpu, seed=42.")
     def early_exit(values, **common):
         """Exit heads after each of MODEL's layers, trained and calibrated on held-out training rows."""
+        from compressor.exit.configs import EarlyExitConfig
         from compressor.exit.stage import early_exit as run
 
-        record = run_method(run, _settings(values, "set"), made="early-exit model", **common)
+        record = run_method(run, in_sections(EarlyExitConfig, _settings(values, "set")),
+                            made="early-exit model", **common)
         click.echo(f"rule {record['rule']} threshold {record['threshold']}: mean exit layer "
                    f"{record['dev']['mean_exit_layer']} of {record['layers']}, FLOPs saved "
                    f"{record['dev']['flops_saved']:.1%}")

@@ -45,14 +45,16 @@ def run_method(run, settings: dict, model, out, task, data_dir, train_file, dev_
 
 def recover_settings(pairs) -> dict:
     """``--recover`` pairs; ``losses.NAME=W`` and ``losses.NAME.SETTING=V`` make the losses section."""
+    from compressor.cli import in_sections
     from compressor.cli.distill import _settings
+    from compressor.engine.recovery import RecoverSettings
 
     plain = [p for p in pairs if not p.startswith("losses.")]
     losses = [p[len("losses."):] for p in pairs if p.startswith("losses.")]
     out = _settings(plain, "recover")
     if losses:
         out["losses"] = _settings(losses, "recover")
-    return out
+    return in_sections(RecoverSettings, out)   # epochs=1 -> train: {epochs: 1}
 
 
 RECOVER_HELP = ("Recovery training afterwards, repeatable: mode=distill|finetune|none, epochs=1, "

@@ -51,14 +51,27 @@ _HELP = {
 def _options(fn):
     """One option per setting of any quantisation method, so the CLI and recipes take the same
     settings; ``--backend`` and ``--method`` pick the config type, which must take the others given."""
-    from compressor.core.settings import variants
+    from compressor.cli import TRAIN_HELP
+    from compressor.core.settings import flat_sections, variants
     from compressor.quantize.configs import QuantizeConfig
 
-    fields, hints = {}, {}
+    fields, hints, defaults, helps = {}, {}, {}, dict(_HELP)
     for cls in variants(QuantizeConfig).values():
+        sections = flat_sections(cls)
         for f in dataclasses.fields(cls):
-            if f.init and f.name not in fields:
-                fields[f.name], hints[f.name] = f, typing.get_type_hints(cls)[f.name]
+            if not f.init or f.name in fields:
+                continue
+            if f.name in sections:   # qat's train section: its keys are flat options (--epochs, --lr ...)
+                section = f.default_factory()
+                for g in dataclasses.fields(section):
+                    if g.name not in fields:
+                        fields[g.name], hints[g.name] = g, typing.get_type_hints(type(section))[g.name]
+                        defaults[g.name] = getattr(section, g.name)
+                        text = TRAIN_HELP[g.name]
+                        helps.setdefault(g.name, "qat: " + (text if any(c.isupper() for c in text.split()[0][1:])
+                                                          else text[0].lower() + text[1:]))
+                continue
+            fields[f.name], hints[f.name] = f, typing.get_type_hints(cls)[f.name]
     for f in reversed(list(fields.values())):
         flag = "--" + f.name.replace("_", "-")
         hint = hints[f.name]
@@ -70,17 +83,17 @@ def _options(fn):
         elif f.name == "preset":   # the CLI's one default for every command with --preset
             fn = click.option(flag, f.name, default="auto", show_default=True, help=_HELP["preset"])(fn)
         elif typing.get_origin(hint) is list:
-            fn = click.option(flag, f.name, multiple=True, help=_HELP.get(f.name))(fn)
+            fn = click.option(flag, f.name, multiple=True, help=helps.get(f.name))(fn)
         elif typing.get_origin(hint) is typing.Union and bool in args:
             fn = click.option(f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=None,
                               help=f"Override the preset ({f.name.replace('_', ' ')}).")(fn)
         elif hint is bool:
-            fn = click.option(flag, f.name, is_flag=True, default=f.default, help=_HELP.get(f.name))(fn)
+            fn = click.option(flag, f.name, is_flag=True, default=f.default, help=helps.get(f.name))(fn)
         else:
             kind = next((a for a in args if a is not type(None)), hint) if args else hint
-            default = f.default if f.default is not dataclasses.MISSING else None
+            default = defaults.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
             fn = click.option(flag, f.name, type=kind, default=default, show_default=default is not None,
-                              help=_HELP.get(f.name))(fn)
+                              help=helps.get(f.name))(fn)
     fn = click.option("--method", default="dynamic", show_default=True, help=_HELP["method"])(fn)
     return click.option("--backend", default="onnxruntime", show_default=True, help=_HELP["backend"])(fn)
 
@@ -124,6 +137,14 @@ def register(cli):
         from compressor.quantize.configs import quantize_config
 
         given = _given(kwargs)
+        from compressor.core.settings import variants
+        from compressor.quantize.configs import QuantizeConfig
+
+        chosen = variants(QuantizeConfig).get((backend, method))
+        if chosen is not None:   # qat: --epochs, --lr ... fill its train section
+            from compressor.cli import in_sections
+
+            given = in_sections(chosen, given)
         config = quantize_config(backend, method, **given)
         if "preset" not in given and getattr(config, "preset", None) not in (None, "auto"):
             config = quantize_config(backend, method, **given, preset="auto")   # the CLI's default

@@ -7,7 +7,7 @@ def register(cli):
     from compressor.cli.distill import _settings
     from compressor.cli.prune import checkpoint_method, run_method
 
-    from compressor.cli import example
+    from compressor.cli import example, in_sections
 
     @cli.command(epilog=example("compressor theseus runs/teacher --set num_layers=3 --out runs/theseus"))
     @checkpoint_method("compress by module replacing")
@@ -18,6 +18,7 @@ def register(cli):
                        "batch_size=32, max_length=128, eval_every=500, device=cpu, seed=42.")
     def theseus(values, **common):
         """BERT-of-Theseus: replace groups of MODEL's layers by one successor each, then fine-tune those."""
+        from compressor.theseus.config import TheseusConfig
         from compressor.theseus.stage import theseus as run
 
-        run_method(run, _settings(values, "set"), made="compressed model", **common)
+        run_method(run, in_sections(TheseusConfig, _settings(values, "set")), made="compressed model", **common)

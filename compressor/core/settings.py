@@ -12,7 +12,12 @@ with the path of keys where it is, which the recipe checker turns into a line:
   one its tag fields name (``kind: layers``; ``backend`` + ``method``); each type
   declares its tags with :func:`tag` and registers with :func:`variant`, and holds
   only its own settings, so a setting of another type is reported as such;
-- a class with a ``from_settings`` classmethod builds itself (the losses section).
+- a class with a ``from_settings`` classmethod builds itself (the losses section);
+- a nested section given as a mapping starts from the field's default (a method's own
+  training defaults), the mapping's keys over it;
+- a section type that sets ``FLAT_KEYS`` (the ``train`` section) also takes its keys written
+  flat beside it, the older form: they are moved into it and each move is noted
+  (:func:`config_from_dict`'s ``moved``), and recipe-wide ``defaults`` reach it.
 
 The command line and the Python API get the same messages through
 :func:`check_fields` and :func:`from_values`. Nothing here imports the rest of the
@@ -20,22 +25,29 @@ toolkit, so any config module can use it.
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import re
 import typing
+import warnings
 from typing import Callable, List, Optional, Tuple
 
 from compressor.core.errors import CompressorError
 
 
 def setting(default=dataclasses.MISSING, *, default_factory=dataclasses.MISSING, choices=None,
-            check: Optional[Callable] = None, what: Optional[str] = None):
+            check: Optional[Callable] = None, what: Optional[str] = None,
+            refuse: Optional[dict] = None):
     """A dataclass field with its legal values: ``choices`` and/or ``check``.
 
     For a list field, every item must be one of ``choices``. ``what`` names one
-    value in messages (``unknown peer 'x'``); the field name by default.
+    value in messages (``unknown peer 'x'``); the field name by default. ``refuse``
+    (a nested section only): ``{key: why}``, keys of the section this config does not
+    let a user set (Theseus's ``train.epochs``), each refused with its line.
     """
     metadata = {}
+    if refuse:
+        metadata["refuse"] = dict(refuse)
     if choices is not None:
         metadata["choices"] = choices
     if check is not None:
@@ -183,16 +195,29 @@ def setting_names(cls) -> List[str]:
     return list(tag_names(cls)) + [f.name for f in dataclasses.fields(cls) if f.init]
 
 
-def config_from_dict(cls, values: dict, defaults: Optional[dict] = None, what: Optional[str] = None):
+def config_from_dict(cls, values: dict, defaults: Optional[dict] = None, what: Optional[str] = None,
+                     moved: Optional[list] = None):
     """Build ``cls`` from a mapping, or raise :class:`SettingsError` naming every bad setting.
 
     Each value must have its field's type and be one of the field's legal values;
     nested sections are built the same way, each problem keeping its path of keys.
     ``defaults`` (recipe-wide settings such as device and seed) apply only to
-    fields the class has and the mapping does not set. ``what`` starts each
-    message (``stage 'bench'``); the class name by default.
+    fields the class has (or its ``train``-like section has) and the mapping does not
+    set. ``what`` starts each message (``stage 'bench'``); the class name by default.
+    Keys written flat beside the section that takes them are moved into it: each move,
+    ``(section, keys, what they are)``, is added to ``moved``, or said as a
+    ``FutureWarning`` when no list is given (:func:`moved_message`).
     """
-    config, problems = build(cls, values, (), what or cls.__name__, "", defaults)
+    notes: list = []
+    token = _MOVED.set(notes)
+    try:
+        config, problems = build(cls, values, (), what or cls.__name__, "", defaults)
+    finally:
+        _MOVED.reset(token)
+    if moved is not None:
+        moved.extend(notes)
+    elif notes:
+        warnings.warn(moved_message(what or cls.__name__, notes), FutureWarning, stacklevel=2)
     if problems:
         raise SettingsError(problems)
     return config
@@ -208,10 +233,114 @@ def from_values(cls, values, what: str):
     elif isinstance(values, cls):
         return values
     else:
-        config, problems = build(cls, values, (), what, what + ".")
+        notes: list = []
+        token = _MOVED.set(notes)
+        try:
+            config, problems = build(cls, values, (), what, what + ".")
+        finally:
+            _MOVED.reset(token)
+        if notes:
+            warnings.warn(moved_message(what, notes), FutureWarning, stacklevel=2)
     if problems:
         raise SettingsError(problems)
     return config
+
+
+def section_of(config, name: str, what: Optional[str] = None):
+    """``config.<name>`` as its section type, for a config's ``__post_init__``: a section kept, a
+    mapping (a Python caller's) built on the field's default (``TrainConfig(epochs=1)`` for a
+    method whose training takes one epoch), the keys the field refuses refused; ``what`` names
+    the section in messages (``name`` by default)."""
+    what = what or name
+    f = next(f for f in dataclasses.fields(config) if f.name == name)
+    hint = typing.get_type_hints(type(config))[name]
+    value = getattr(config, name)
+    if isinstance(value, hint) or not isinstance(value, dict):
+        return from_values(hint, value, what)
+    value, problems = _refused(f, value, (name,), what, lambda message: message)
+    if problems:
+        raise SettingsError(problems)
+    return from_values(hint, _on_default(f, hint, value), what)
+
+
+# -- sections that take their keys flat (the older form) ---------------------------
+
+# the moves of keys written flat, noted while config_from_dict / from_values build
+_MOVED: contextvars.ContextVar = contextvars.ContextVar("compressor_moved_keys", default=None)
+
+
+def flat_sections(cls) -> List[str]:
+    """The fields of ``cls`` whose section type sets ``FLAT_KEYS``: sections (``train``) whose
+    keys may also be written flat beside them, the form older recipes use."""
+    hints = typing.get_type_hints(cls)
+    return [f.name for f in dataclasses.fields(cls)
+            if f.init and isinstance(hints[f.name], type) and getattr(hints[f.name], "FLAT_KEYS", None)]
+
+
+def lift_flat_keys(cls, values: dict, prefix: str = "", path: tuple = ()):
+    """``(values, moves, problems)``: ``values`` with the keys of a flat-taking section of ``cls``
+    written beside it moved into it. ``moves`` are ``(section, keys, what they are)``; a key
+    given both ways is a problem. ``cls`` must be the type itself (not a base picking one)."""
+    sections = flat_sections(cls) if isinstance(values, dict) else []
+    if not sections:
+        return values, [], []
+    hints = typing.get_type_hints(cls)
+    own = set(setting_names(cls))
+    out, moves, problems = dict(values), [], []
+    for name in sections:
+        takes = set(setting_names(hints[name]))
+        keys = [k for k in values if k not in own and k in takes]
+        inner = values.get(name)
+        if not keys or not isinstance(inner, (dict, type(None))):
+            continue   # nothing to move, or a section that is no mapping (its own error follows)
+        inner = dict(inner or {})
+        for key in keys:
+            value = out.pop(key)
+            if key in inner:
+                problems.append(((*path, key), f"{prefix}{key} is set twice, flat and under "
+                                                f"{prefix}{name}: keep {prefix}{name}.{key} only"))
+            else:
+                inner[key] = value
+        out[name] = inner
+        refused = next(f for f in dataclasses.fields(cls) if f.name == name).metadata.get("refuse") or {}
+        moves.append((prefix + name, [k for k in keys if k not in (values.get(name) or {}) and k not in refused],
+                      hints[name].FLAT_KEYS))   # a refused key gets its own line, not a note
+    return out, [m for m in moves if m[1]], problems
+
+
+def moved_message(where: str, moves) -> str:
+    """One line for the keys moved into their sections: ``WHERE: put epochs, lr under train: —
+    flat training keys are deprecated``."""
+    parts = [f"{', '.join(keys)} under {section}:" for section, keys, _ in moves]
+    kinds = " and ".join(dict.fromkeys(kind for _, _, kind in moves))
+    return f"{where}: put {' and '.join(parts)} — flat {kinds} keys are deprecated"
+
+
+def _refused(f: dataclasses.Field, values: dict, path: tuple, name: str, say):
+    """``(values, problems)``: the section ``values`` without the keys field ``f`` refuses."""
+    refuse = f.metadata.get("refuse") or {}
+    problems = [((*path, key), say(f"{name}.{key}: {why}")) for key, why in refuse.items() if key in values]
+    return {k: v for k, v in values.items() if k not in refuse}, problems
+
+
+def _on_default(f: dataclasses.Field, hint, values: dict, defaults: Optional[dict] = None) -> dict:
+    """A plain section's mapping over the field's default: the settings where the default differs
+    from the section type's own (a method's training defaults), then ``defaults``, then ``values``."""
+    if (not isinstance(hint, type) or not dataclasses.is_dataclass(hint) or variants(hint)
+            or hasattr(hint, "from_settings") or f.default_factory is dataclasses.MISSING):
+        return values
+    default = f.default_factory()
+    if not isinstance(default, hint):
+        return values
+    plain = {g.name: g for g in dataclasses.fields(hint) if g.init}
+    base = {}
+    for name, g in plain.items():
+        value = getattr(default, name)
+        own = (g.default if g.default is not dataclasses.MISSING else
+               g.default_factory() if g.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        if own is dataclasses.MISSING or own != value:
+            base[name] = value
+    return {**base, **(defaults or {}), **values}
 
 
 def build(cls, values, path: tuple, what: str, prefix: str, defaults: Optional[dict] = None):
@@ -235,15 +364,27 @@ def build(cls, values, path: tuple, what: str, prefix: str, defaults: Optional[d
                           ] + _loose_problems(base, values, path, prefix, name, what, say)
     hints = typing.get_type_hints(cls)
     tags = tag_names(cls)
-    settable = [f.name for f in dataclasses.fields(cls) if f.init]
-    problems: List[Problem] = []
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    settable = list(fields)
+    values, moves, problems = lift_flat_keys(cls, values, prefix, path)
+    problems = [(keys, say(message)) for keys, message in problems]
+    if moves and _MOVED.get() is not None:
+        _MOVED.get().extend(moves)
     kwargs = {k: v for k, v in (defaults or {}).items() if k in settable}
+    # recipe-wide defaults reach a flat-taking section (train) for the keys its config lacks
+    flat = {s: {k: v for k, v in (defaults or {}).items()
+                if k not in settable and k in setting_names(hints[s])} for s in flat_sections(cls)}
+    values = {**{s: {} for s, d in flat.items() if d and s not in values}, **values}
     for key, value in values.items():
         if key in tags:
             continue   # the pick checked it
         if key not in settable:
             problems.append(((*path, key), say(_unknown_key(base, cls, name, key))))
             continue
+        if isinstance(value, dict):
+            value, refused = _refused(fields[key], value, (*path, key), prefix + key, say)
+            problems += refused
+            value = _on_default(fields[key], hints[key], value, flat.get(key))
         try:
             kwargs[key] = coerce(value, hints[key], prefix + key, (*path, key), what)
         except SettingsError as exc:

@@ -19,10 +19,10 @@ from compressor.core.metrics import task_score
 from compressor.core.models import (checkpoint_meta, count_parameters, load_for_task, resolve_model,
                       save_checkpoint, size_on_disk)
 from compressor.engine.scoring import chance_check, predict_logits, score
-from compressor.core.settings import from_values, not_negative, setting
+from compressor.core.settings import check_fields, from_values, not_negative, section_of, setting
 from compressor.core import distributed
 from compressor.engine.train import TrackerLogs, TrainConfig, fit, set_seed, unwrap
-from compressor.engine.train_config import teacher_setting
+from compressor.engine.train_config import teacher_setting, train_setting
 from compressor.engine.losses import KDSettings, Losses, LossSetup, Signals
 from compressor.engine.students import (InputStudent, LayersStudent, PretrainedStudent, StudentConfig, build_student,
                                         same_tokenizer)
@@ -30,9 +30,10 @@ from compressor.engine.teacher import resolve_teacher
 
 
 @dataclass
-class DistillConfig(TrainConfig):
-    """Training settings plus the student and the losses; the keys of the ``distill`` stage."""
+class DistillConfig:
+    """The student, the losses and the training run (``train``); the keys of the ``distill`` stage."""
 
+    train: TrainConfig = train_setting()   # the prediction stage's run (the others start from it)
     student: StudentConfig = field(default_factory=lambda: LayersStudent(num_layers=3))
     losses: Losses = field(default_factory=lambda: Losses(kd=KDSettings()))   # name -> settings
     intermediate_epochs: float = setting(0.0, check=not_negative)   # TinyBERT's two stages: this many epochs of layer losses first
@@ -49,11 +50,13 @@ class DistillConfig(TrainConfig):
 
     def __post_init__(self):
         # mappings (Python callers, --student/--loss KEY=VALUE) become the typed sections
+        self.train = section_of(self, "train")
         self.student = from_values(StudentConfig, self.student, "student")
         self.losses = from_values(Losses, self.losses, "losses")
 
     def check(self) -> None:
-        super().check()
+        check_fields(self)
+        self.train.check()
         self.student.check()
         self.losses.check()
         if self.intermediate_epochs and not self.losses.layer_losses():
@@ -78,10 +81,6 @@ class DistillConfig(TrainConfig):
     def shared_general(self) -> bool:
         """A general phase other tasks may reuse: its text must not depend on the task."""
         return bool(self.general_epochs) and (self.general_teacher != "teacher" or bool(self.general_cache))
-
-    def train_config(self) -> TrainConfig:
-        names = TrainConfig.__dataclass_fields__
-        return TrainConfig(**{k: v for k, v in asdict(self).items() if k in names})
 
 
 class Trainee(nn.Module):
@@ -258,8 +257,8 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
                               "`compressor distill`, which gather it from the data folder")
     spec, losses = config.student, config.losses
     task = train_set.task
-    device = resolve_device(config.device)
-    set_seed(config.seed)
+    device = resolve_device(config.train.device)
+    set_seed(config.train.seed)
     if student is not None:
         from compressor.engine.students import PretrainedStudent
 
@@ -283,7 +282,7 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
         config = replace(config, cache_teacher_logits=True)   # the cache tokenises for the teacher
     trainee = Trainee(student, make_projections(student, teacher, losses) if layer_losses
                       else nn.ModuleDict())
-    base = config.train_config()
+    base = config.train
     phases = [("predict", losses, base, [])]    # (name, losses, settings, parameters held fixed)
     if config.intermediate_epochs:
         first = replace(base, epochs=config.intermediate_epochs, lr=config.intermediate_lr or base.lr,
@@ -301,9 +300,9 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
             p.requires_grad_(False)
     task_rows = train_set
     if augmented is not None:
-        if augmented.max_length != config.max_length:
+        if augmented.max_length != config.train.max_length:
             raise CompressorError(f"the augmented rows were labelled at max_length {augmented.max_length}, "
-                                  f"this distillation trains at {config.max_length}: augment with the same max_length")
+                                  f"this distillation trains at {config.train.max_length}: augment with the same max_length")
         task_rows = joined(train_set, augmented)
     history, cache, start = [], None, time.perf_counter()
     for name, phase_losses, phase_config, fixed in phases:
@@ -316,12 +315,12 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
         if config.cache_teacher_logits and only_logits and phase_losses.needs_teacher_logits:
             if cache is None:
                 cache = teacher_logits_cache(teacher, teacher_tokenizer, tokenizer,
-                                             train_set.examples, config.max_length, device,
-                                             config.precision)
+                                             train_set.examples, config.train.max_length, device,
+                                             config.train.precision)
                 if augmented is not None:   # computed when the rows were made; a copy that
                     # tokenises as a training row keeps that row's logits
                     for key, value in keyed_logits(tokenizer, augmented.dataset.examples,
-                                                   augmented.logits, config.max_length).items():
+                                                   augmented.logits, config.train.max_length).items():
                         cache.setdefault(key, value)
             phase_cache = cache
         elif only_logits and phase_losses.needs_teacher_logits and _uses_types(teacher) \
@@ -387,8 +386,8 @@ def load_augmented(config: DistillConfig, train_set, teacher_path: str, folder: 
 def general_phase_config(config: DistillConfig) -> TrainConfig:
     """The general phase's training settings: ``general_epochs`` at ``general_lr`` (else the
     intermediate rate, else ``lr``), one evaluation at the end."""
-    return replace(config.train_config(), epochs=config.general_epochs, eval_every=10 ** 9,
-                   lr=config.general_lr or config.intermediate_lr or config.lr)
+    return replace(config.train, epochs=config.general_epochs, eval_every=10 ** 9,
+                   lr=config.general_lr or config.intermediate_lr or config.train.lr)
 
 
 def load_general_teacher(config: DistillConfig, task, teacher_path: str, tokenizer, attn=None):
@@ -451,7 +450,7 @@ def general_text(config: DistillConfig, task, data_dir, train_set, dev_set, trai
     if not config.general_epochs:
         return None
     return unlabelled_text(task, data_dir, own=train_set, dev=dev_set,
-                           rows=config.general_rows or train_limit or 0, seed=config.seed,
+                           rows=config.general_rows or train_limit or 0, seed=config.train.seed,
                            shared=config.shared_general)
 
 
@@ -499,7 +498,7 @@ def _uses_types(model) -> bool:
 
 def student_meta(task, config: DistillConfig, student, **extra) -> dict:
     """``compressor.json`` of a student: small classifiers name their architecture."""
-    meta = checkpoint_meta(task, config.max_length, "distill", **extra)
+    meta = checkpoint_meta(task, config.train.max_length, "distill", **extra)
     if config.student.is_small:
         meta["architecture"] = student.config.model_type
     return meta
@@ -534,7 +533,7 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
         config = replace(config, student=PretrainedStudent(model=input_path))
     task_spec, _ = _task_for(input_path, task)
     check_output_dir(out, overwrite)
-    device = resolve_device(config.device)
+    device = resolve_device(config.train.device)
     # a teacher trained on the user's files: those its compressor.json records, unless given
     user_data = data_for(input_path, task_spec, user_data)
     # a teacher fine-tuned with --holdout: its students train without the rows it held out
@@ -544,7 +543,7 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     net, tokenizer = load_for_task(teacher_path, task_spec, attn_implementation=attn)
     if teacher_path != input_path and getattr(net.config, "num_labels", None) != task_spec.num_labels:
         raise CompressorError(f"teacher {teacher_path} is not a {task_spec.name} classifier")
-    teacher_max_length = read_meta(teacher_path).get("max_length", config.max_length)
+    teacher_max_length = read_meta(teacher_path).get("max_length", config.train.max_length)
     start = time.perf_counter()
     teacher_metrics = score(net.to(device), tokenizer, dev_set, teacher_max_length,
                             device=device, desc="score teacher")
@@ -566,7 +565,7 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
         "parameters": count_parameters(student_net), "teacher_parameters": count_parameters(net),
         "teacher_size_bytes": size_on_disk(teacher_path),
         "examples": len(dev_set), "train_examples": len(train_set), "data": train_set.source,
-        "seed": config.seed, **{k: v for k, v in result.items() if k not in ("metrics", "score")},
+        "seed": config.train.seed, **{k: v for k, v in result.items() if k not in ("metrics", "score")},
         "wall_time_s": round(time.perf_counter() - start, 2),
         "config": asdict(config), "versions": versions(),
     }

@@ -82,7 +82,7 @@ class RecoveryJob:
         settings = self.config.recover
         if settings.mode == "none":
             return None
-        train = settings.train_config()
+        train = settings.train
         callbacks = list(self.job_callbacks()) + list(callbacks)
         if settings.mode == "finetune":
             result = fit(self.model, self.tokenizer, self.train_set, self.dev_set, train,
@@ -99,8 +99,7 @@ class RecoveryJob:
             # DistillConfig caches the teacher's logits, computed from the teacher's own
             # tokenizer, so a student whose tokenizer changed (vocabulary pruning) never feeds the
             # teacher its ids; layer losses with two tokenizers are refused by distill_model
-            config = DistillConfig(**{k: getattr(train, k) for k in type(train).__dataclass_fields__},
-                                   losses=settings.losses)
+            config = DistillConfig(train=train, losses=settings.losses)
             student, _, result = distill_model(self.teacher, self.teacher_tokenizer or self.tokenizer,
                                                self.train_set, self.dev_set, config, desc=desc,
                                                student=self.model, student_tokenizer=self.tokenizer,

@@ -37,7 +37,9 @@ def on_checkpoint(model: str, out: str, config_cls: type, config, settings: dict
     train_set = holdout.training_rows(task_spec, data_dir, train_limit, user_data, path)
     dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
     start = time.perf_counter()
-    meta = checkpoint_meta(task_spec, config.max_length, what, **data_meta(user_data))
+    # the length the new model works at: the method's own, else its training run's
+    max_length = getattr(config, "max_length", None) or config.train.max_length
+    meta = checkpoint_meta(task_spec, max_length, what, **data_meta(user_data))
     with TrackerLogs() as logs:   # trackers' logs (report_to) end up in out/runs
         record = run(path, task_spec, train_set, dev_set, config, out, meta)
     record.update({"task": task_spec.name, "model": model,

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from compressor.core.errors import CompressorError
-from compressor.core.settings import check_fields, from_values, positive, setting
+from compressor.core.settings import check_fields, from_values, positive, section_of, setting
 from compressor.core.settings import device as device_setting
 from compressor.engine.losses import KDSettings, Losses
-from compressor.engine.train_config import TrainConfig, teacher_setting
+from compressor.engine.train_config import TrainConfig, teacher_setting, train_setting
 
 RECOVERY = ("none", "finetune", "distill")
 
@@ -23,29 +23,26 @@ def fraction(value, name, config=None) -> Optional[str]:
 
 
 @dataclass
-class RecoverSettings(TrainConfig):
-    """Training after each pruning step: ``with`` none, finetune (task loss) or distill (from
-    the unpruned model, with ``losses``; soft targets by default)."""
+class RecoverSettings:
+    """Training after each pruning step: ``mode`` none, finetune (task loss) or distill (from
+    the unpruned model, with ``losses``; soft targets by default), with ``train``'s settings
+    (``recover: {mode: distill, train: {epochs: 1, lr: 5e-5}}``)."""
 
     mode: str = setting("distill", choices=RECOVERY)
     losses: Losses = field(default_factory=lambda: Losses(kd=KDSettings()))   # distill only: name -> settings
-    # TrainConfig's fields with other defaults (and the same checks)
-    epochs: float = setting(1.0, check=TrainConfig.__dataclass_fields__["epochs"].metadata["check"])
-    warmup: float = setting(0.06, check=TrainConfig.__dataclass_fields__["warmup"].metadata["check"])
+    train: TrainConfig = train_setting(epochs=1.0, warmup=0.06)   # the recovery run
     layerdrop: float = setting(0.0, check=fraction)   # LayerDrop (Fan et al.): skip each layer with this chance while recovering
 
     def __post_init__(self):
+        self.train = section_of(self, "train", "recover.train")
         self.losses = from_values(Losses, self.losses, "recover.losses")
 
     def check(self) -> None:
-        super().check()
+        check_fields(self)
+        self.train.check()
         self.losses.check()
         if self.mode == "distill" and not self.losses.active():
             raise CompressorError("recover.losses needs a loss with a weight for mode distill")
-
-    def train_config(self) -> TrainConfig:
-        names = TrainConfig.__dataclass_fields__
-        return TrainConfig(**{k: getattr(self, k) for k in names})
 
 
 @dataclass
@@ -64,5 +61,4 @@ class RecoveringConfig:
 
     def check(self) -> None:
         check_fields(self)
-        check_fields(self.recover)
         self.recover.check()

@@ -3,12 +3,17 @@
 Nothing here imports torch, so the command line can build its options from
 these fields (and answer ``--help``) without loading the training stack.
 ``compressor.engine.train`` re-exports :class:`TrainConfig`.
+
+Every method that trains composes one as its ``train`` section (:func:`train_setting`,
+with the method's own defaults): ``distill: {train: {epochs: 3, lr: 5e-5}, ...}`` in a
+recipe, ``DistillConfig(train=TrainConfig(epochs=3))`` in Python. The same keys written
+flat in the stage (the older form) are moved into it with a deprecation note.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import ClassVar, List, Optional
 
 from compressor.core.device import PRECISIONS
 from compressor.core.settings import check_fields, not_negative, positive, setting
@@ -17,7 +22,11 @@ from compressor.core.settings import device as device_setting
 
 @dataclass
 class TrainConfig:
-    """Settings of one training run; the names are the recipe keys and CLI options."""
+    """Settings of one training run; the names are the recipe keys (under ``train:`` in a
+    method's stage) and the CLI options."""
+
+    # a method's train section also takes these keys written flat in the stage (deprecated)
+    FLAT_KEYS: ClassVar[str] = "training"
 
     epochs: float = setting(3.0, check=lambda v, name, c: _epochs(v, c))
     lr: float = setting(5e-5, check=positive)
@@ -39,6 +48,22 @@ class TrainConfig:
 
     def check(self) -> None:
         check_fields(self)
+
+
+TRAIN_HELP = "the training run's settings (epochs, lr, batch_size ...); defaults: {}"
+
+
+def train_setting(refuse: Optional[dict] = None, **defaults):
+    """The ``train`` field of a method's config: a :class:`TrainConfig` whose defaults are the
+    method's own where given (early exit trains 2 epochs at lr 5e-4, say). A config's
+    ``__post_init__`` turns a mapping into the section with
+    ``compressor.core.settings.section_of(self, "train")``, on these defaults. ``refuse``:
+    ``{key: why}``, the keys this method takes elsewhere (Theseus's two phases' epochs)."""
+    shown = ", ".join(f"{k} {v}" for k, v in defaults.items()) or "the training run's own"
+    metadata = {"help": TRAIN_HELP.format(shown)}
+    if refuse:
+        metadata["refuse"] = dict(refuse)
+    return dataclasses.field(default_factory=lambda: TrainConfig(**defaults), metadata=metadata)
 
 
 # -- the teacher ---------------------------------------------------------------

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from compressor.core.presets import PRESET_NAMES
-from compressor.core.settings import check_fields, from_values, not_negative, positive, setting
-from compressor.engine.train_config import TrainConfig, teacher_setting
+from compressor.core.settings import check_fields, from_values, not_negative, positive, section_of, setting
+from compressor.engine.train_config import TrainConfig, teacher_setting, train_setting
 from compressor.exit.rules import RULES
 
 TRAINING = ("two_stage", "self_distill", "joint")
@@ -52,7 +52,7 @@ class CalibrateSettings:
 
 
 @dataclass
-class EarlyExitConfig(TrainConfig):
+class EarlyExitConfig:
     """Exit heads after ``layers`` (``all``: every layer but the last, whose exit is the model's
     own classifier), trained by ``training``:
 
@@ -64,12 +64,11 @@ class EarlyExitConfig(TrainConfig):
       (``weighting`` linear: exit i weighs i, as PABEE and DeeBERT's joint baseline).
 
     With the model fixed, the pooled states at each exit are computed once for all
-    training rows (``cache``) and the heads train on them alone. Then ``rule`` is calibrated.
+    training rows (``cache``) and the heads train on them alone (``train``: the run's settings).
+    Then ``rule`` is calibrated.
     """
 
-    epochs: float = setting(2.0, check=TrainConfig.__dataclass_fields__["epochs"].metadata["check"])
-    lr: float = setting(5e-4, check=positive)
-    warmup: float = setting(0.0, check=TrainConfig.__dataclass_fields__["warmup"].metadata["check"])
+    train: TrainConfig = train_setting(epochs=2.0, lr=5e-4, warmup=0.0)   # the exits' training run
     layers: Optional[List[int]] = setting(None, check=_layers)   # None / all: every layer but the last
     training: str = setting("two_stage", choices=TRAINING)
     temperature: float = setting(2.0, check=positive)    # self_distill
@@ -83,12 +82,14 @@ class EarlyExitConfig(TrainConfig):
     calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
 
     def __post_init__(self):
+        self.train = section_of(self, "train")
         if self.layers == "all":
             self.layers = None
         self.calibrate = from_values(CalibrateSettings, self.calibrate, "calibrate")
 
     def check(self) -> None:
         check_fields(self)
+        self.train.check()
         check_fields(self.calibrate)
 
     def task_rule(self, regression: bool) -> str:
@@ -108,10 +109,6 @@ class EarlyExitConfig(TrainConfig):
         except RuleError as exc:
             return ("rule",), f"{task.name}: {exc}"
         return None
-
-    def train_config(self) -> TrainConfig:
-        names = TrainConfig.__dataclass_fields__
-        return TrainConfig(**{k: getattr(self, k) for k in names})
 
 
 @dataclass

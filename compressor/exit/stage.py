@@ -31,8 +31,8 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
     regression = model.config.num_labels == 1
     config = replace(config, rule=config.task_rule(regression))   # auto: the rule the task can use
     check_rule(config.rule, 1, regression)   # before any training
-    set_seed(config.seed)
-    device = resolve_device(config.device)
+    set_seed(config.train.seed)
+    device = resolve_device(config.train.device)
     start = time.perf_counter()
     parameters_before = count_parameters(model)
     before = None
@@ -41,7 +41,7 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
         from compressor.engine.scoring import score
 
         model.to(device)
-        before = score(model, tokenizer, dev_set, config.max_length, 64, device,
+        before = score(model, tokenizer, dev_set, config.train.max_length, 64, device,
                        desc=f"{desc}: score the model as given")
         before = {"metrics": before, "score": task_score(dev_set.task, before)}
     net = EarlyExitModel(model, config.layers, config.dropout, tolerance=config.tolerance,
@@ -50,15 +50,15 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
         if calibration_set is None or not len(calibration_set):
             raise CompressorError("calibrate.split: holdout needs the rows the teacher was fine-tuned without")
         fit_set = train_set
-        held = calibration_set.sample(config.calibrate.rows, config.seed)
+        held = calibration_set.sample(config.calibrate.rows, config.train.seed)
     else:
-        fit_set, held = hold_out(train_set, config.calibrate.rows, config.seed)
+        fit_set, held = hold_out(train_set, config.calibrate.rows, config.train.seed)
     teacher_logits = None
     if config.training == "self_distill":   # soft targets from another model than this one
         teacher_logits = exit_teacher_logits(config, tokenizer, fit_set, device, recipe_teacher)
     training = train_exits(net, tokenizer, fit_set, held, config, desc=desc, teacher_logits=teacher_logits)
     calibration = calibrate_model(net, tokenizer, held, config, device, desc=f"{desc}: calibrate")
-    report = exit_report(net, tokenizer, dev_set, config.max_length, device, desc=f"{desc}: dev")
+    report = exit_report(net, tokenizer, dev_set, config.train.max_length, device, desc=f"{desc}: dev")
     net.to("cpu").eval()
     return net, {
         "metrics": report["metrics"], "score": report["score"], "split": "dev",
@@ -87,7 +87,7 @@ def exit_teacher_logits(config: EarlyExitConfig, tokenizer, train_set, device,
         return None
     teacher, teacher_tokenizer, _ = load_teacher(config.teacher, None, train_set.task, recipe_teacher)
     cache = teacher_logits_cache(teacher.to(device), teacher_tokenizer, tokenizer, train_set.examples,
-                                 config.max_length, device)
+                                 config.train.max_length, device)
     teacher.to("cpu")
     return cache
 
@@ -100,7 +100,7 @@ def early_exit_stage(ctx, config: EarlyExitConfig) -> dict:
     run = model_to_model(run_early_exit, "early exit")
     held = ctx.split("holdout") if config.calibrate.split == "holdout" else None
     return run(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config, ctx.out_dir,
-               ctx.meta("early_exit", config.max_length), calibration_set=held,
+               ctx.meta("early_exit", config.train.max_length), calibration_set=held,
                recipe_teacher=ctx.teacher_dir)
 
 

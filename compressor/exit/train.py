@@ -149,7 +149,7 @@ def train_exits(model: EarlyExitModel, tokenizer, train_set, held_set, config: E
     not the model itself."""
     from compressor.core.device import resolve_device
 
-    device = resolve_device(config.device)
+    device = resolve_device(config.train.device)
     model.to(device)
     fixed = config.training in ("two_stage", "self_distill")
     for p in model.backbone.parameters():
@@ -159,18 +159,18 @@ def train_exits(model: EarlyExitModel, tokenizer, train_set, held_set, config: E
     cache, cache_s = None, 0.0
     if fixed and config.cache:
         start = time.perf_counter()
-        cache = FeatureCache(model, tokenizer, train_set.examples, config.max_length,
-                             max(64, config.batch_size), device, desc=f"{desc}: exit inputs")
+        cache = FeatureCache(model, tokenizer, train_set.examples, config.train.max_length,
+                             max(64, config.train.batch_size), device, desc=f"{desc}: exit inputs")
         cache_s = time.perf_counter() - start
     loss = ExitLoss(config, cache, len(model.exit_layers), model.regression, teacher_logits)
-    set_seed(config.seed)
+    set_seed(config.train.seed)
     model.backbone_fixed = fixed   # no dropout in the fixed model (the heads keep theirs)
     # heads alone are tiny: one thread, or each step waits on a busy machine's other cores
     threads = torch.get_num_threads()
     if cache is not None and device.type == "cpu":
         torch.set_num_threads(1)
     try:
-        result = fit(model, tokenizer, train_set, held_set, config.train_config(), loss,
+        result = fit(model, tokenizer, train_set, held_set, config.train, loss,
                      desc=f"{desc} ({config.training})", callbacks=[KeepLast()])
     finally:
         torch.set_num_threads(threads)
@@ -235,8 +235,8 @@ def score_fn(task):
 def calibrate_model(model: EarlyExitModel, tokenizer, held_set, config: EarlyExitConfig,
                     device, desc: str = "calibrate") -> dict:
     """Pick ``config.rule``'s threshold on the held-out rows and set it on the model."""
-    all_logits, lengths = all_exit_logits(model, tokenizer, held_set.examples, config.max_length,
-                                          max(64, config.batch_size), device, desc=desc)
+    all_logits, lengths = all_exit_logits(model, tokenizer, held_set.examples, config.train.max_length,
+                                          max(64, config.train.batch_size), device, desc=desc)
     labels = np.array([ex.label for ex in held_set.examples])
     record = calibrate(all_logits, labels, config.rule, config.calibrate.target,
                        score_fn(held_set.task), cost_table(model, lengths), model.regression,

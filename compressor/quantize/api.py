@@ -362,18 +362,13 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
 def _qat(model, trained_dir, config, preset, task_spec, train_set, dev_set, recipe_teacher=None):
     from compressor.core.models import load_for_task, read_meta, save_checkpoint
     from compressor.engine.teacher import load_teacher
-    from compressor.engine.train import TrainConfig
     from compressor.quantize.qat import qat_train
 
     net, tokenizer = load_for_task(model, task_spec)
     # the soft targets' teacher: the FP32 model as it is now (teacher: input), the recipe's or a folder
     teacher = load_teacher(config.teacher, net, task_spec, recipe_teacher, model,
                            tokenizer=tokenizer)[0] if config.distill_alpha > 0 else None
-    train_config = TrainConfig(epochs=config.epochs, lr=config.lr, batch_size=config.batch_size,
-                               max_length=config.max_length, seed=config.seed, warmup=0.1,
-                               weight_decay=0.0, eval_every=config.eval_every, max_steps=config.max_steps,
-                               device=config.device)
-    result = qat_train(net, tokenizer, train_set, dev_set, train_config, preset.per_channel,
+    result = qat_train(net, tokenizer, train_set, dev_set, config.train, preset.per_channel,
                        preset.reduce_range, config.distill_alpha, config.temperature, teacher=teacher)
     save_checkpoint(net, tokenizer, trained_dir, {**read_meta(model), "made_by": "quantize:qat"})
     summary = {"fake_quantized_linears": result["fake_quantized_linears"], "steps": result["steps"],

@@ -20,10 +20,9 @@ from typing import Callable, ClassVar, List, Optional
 from compressor.core.errors import CompressorError
 from compressor.core.registry import Registry
 from compressor.core.settings import (at_least_one, check_fields, config_from_dict, not_negative, picks_type_by,
-                        positive, setting, share, tag, variant, variants)
-from compressor.core.settings import device as device_setting
+                        positive, section_of, setting, share, tag, variant, variants)
 from compressor.core.presets import PRESET_NAMES, resolve_preset
-from compressor.engine.train_config import teacher_setting
+from compressor.engine.train_config import TrainConfig, teacher_setting, train_setting
 
 CALIBRATIONS = ("minmax", "entropy", "percentile")
 GRANULARITIES = ("matrix", "layer")
@@ -167,19 +166,19 @@ class OrtQATConfig(HardwareSettings, GraphSettings, OrtQuantizeConfig):
     """Quantisation-aware training (Q8BERT) of a checkpoint, then dynamic INT8."""
 
     method: str = tag("qat")
-    epochs: float = 1.0
-    lr: float = setting(1e-5, check=positive)
-    batch_size: int = setting(32, check=positive)
-    max_length: int = setting(128, check=positive)
-    max_steps: int = setting(0, check=not_negative)
-    eval_every: int = setting(0, check=not_negative)
+    train: TrainConfig = train_setting(epochs=1.0, lr=1e-5, weight_decay=0.0)   # the QAT run
     distill_alpha: float = 0.5    # weight of the teacher's soft targets; 0: labels only
     temperature: float = setting(2.0, check=positive)
     teacher: str = teacher_setting()   # the soft targets' teacher: input (the FP32 model as it is now), recipe (the recipe's teacher) or a folder
-    device: str = setting("auto", check=device_setting)
-    seed: int = 42
     uses_train: ClassVar[bool] = True
     needs_dev: ClassVar[bool] = True
+
+    def __post_init__(self):
+        self.train = section_of(self, "train")
+
+    def check(self) -> None:
+        check_fields(self)
+        self.train.check()
 
 
 @variant

@@ -19,7 +19,7 @@ def _run(ctx, config: QuantizeConfig) -> dict:
     from compressor.core.models import read_meta
     from compressor.quantize.api import quantize
 
-    max_length = read_meta(ctx.model_dir).get("max_length", getattr(config, "max_length", 128))
+    max_length = read_meta(ctx.model_dir).get("max_length", getattr(getattr(config, "train", None), "max_length", 128))
     dev = ctx.split("dev")
     train = ctx.split("train") if config.uses_train else None
     held = ctx.split("holdout") if getattr(config, "search_on", None) == "holdout" else None

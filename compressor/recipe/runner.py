@@ -88,6 +88,9 @@ def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optiona
     if isinstance(recipe, str):
         recipe = load_recipe(recipe, device=device, task=task, teacher=teacher)
     log = log or (lambda msg: print(msg, file=sys.stderr))
+    if distributed.rank() == 0:
+        for line in recipe.warnings:   # deprecated forms it still takes (flat training keys)
+            log(f"note: {line}")
     out = os.path.abspath(out)
     if os.path.exists(out) and not os.path.isdir(out):
         raise CompressorError(f"output {out} is a file, not a folder")
@@ -175,10 +178,11 @@ def _trains(config) -> bool:
     """Whether a stage trains, so that every process of a data-parallel run takes part."""
     from compressor.engine.train import TrainConfig
 
-    # a method that recovers by training (prune, share) runs in every process, recover.mode none
-    # too: its choices (which heads go) are rank 0's, broadcast to the others
-    recovers = hasattr(config, "recover")
-    return isinstance(config, TrainConfig) or getattr(config, "method", None) == "qat" or recovers
+    # a method that trains composes a train section; one that recovers by training (prune,
+    # share) runs in every process, recover.mode none too: its choices (which heads go) are
+    # rank 0's, broadcast to the others
+    trains = isinstance(config, TrainConfig) or isinstance(getattr(config, "train", None), TrainConfig)
+    return trains or hasattr(config, "recover")
 
 
 def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
@@ -303,7 +307,8 @@ def preflight(recipe: Recipe) -> None:
     from compressor.core.models import refuse_pickle_only
 
     devices = [(recipe.device, "device")] + [
-        (getattr(spec.config, "device", None), f"stage {spec.dirname}: device") for spec in recipe.stages]
+        (device, f"stage {spec.dirname}: {key}") for spec in recipe.stages
+        for key, device in _devices(spec.config)]
     for device, where in devices:
         if isinstance(device, str) and device.lower().startswith("cuda"):
             try:
@@ -311,6 +316,15 @@ def preflight(recipe: Recipe) -> None:
             except CompressorError as exc:
                 raise CompressorError(f"{recipe.source}: {where}: {exc}") from None
     refuse_pickle_only(resolve_model(recipe.teacher_model))
+
+
+def _devices(config):
+    """``(key, device)`` of each device a stage's config names: its own, and its training
+    sections' (``train.device``, ``recover.train.device``)."""
+    for key, owner in (("device", config), ("train.device", getattr(config, "train", None)),
+                       ("recover.train.device", getattr(getattr(config, "recover", None), "train", None))):
+        if isinstance(getattr(owner, "device", None), str):
+            yield key, owner.device
 
 
 def _check_teacher(recipe: Recipe, source: str) -> None:

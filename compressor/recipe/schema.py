@@ -9,7 +9,7 @@ from typing import List, Optional
 from compressor.core.data import UserData, get_task
 from compressor.core.errors import CompressorError
 from compressor.engine.train import TrainConfig
-from compressor.core.settings import SettingsError, config_from_dict, device_problem
+from compressor.core.settings import SettingsError, config_from_dict, device_problem, moved_message
 from compressor.core.registry import TRAINABLE, get_stage
 from compressor.recipe.header import build_header
 from compressor.recipe.yamlfile import LineDict, LineList, load_yaml, parse_yaml
@@ -44,6 +44,7 @@ class Recipe:
     description: str = ""
     stages: List[StageSpec] = field(default_factory=list)
     digest: str = ""
+    warnings: List[str] = field(default_factory=list)   # deprecated forms it still takes, one line each
 
 
 class RecipeError(CompressorError):
@@ -78,14 +79,17 @@ def _digest(data: bytes, task: Optional[str], teacher: Optional[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def validate_recipe(path: str) -> List[str]:
-    """Every problem in the recipe at ``path`` (empty when it is fine)."""
+def validate_recipe(path: str, notes: Optional[list] = None) -> List[str]:
+    """Every problem in the recipe at ``path`` (empty when it is fine); the deprecated forms it
+    still takes (flat training keys) are added to ``notes``, one line each."""
     try:
-        load_recipe(path)
+        recipe = load_recipe(path)
     except RecipeError as exc:
         return exc.problems
     except CompressorError as exc:
         return [str(exc)]
+    if notes is not None:
+        notes.extend(recipe.warnings)
     return []
 
 
@@ -146,6 +150,7 @@ def _build(doc, path: str, digest: str, device_override: Optional[str],
             problem(doc.line_of("teacher"), f"teacher {teacher_model!r}: {hint}")
 
     stages: List[StageSpec] = []
+    notes: List[str] = []
     raw_stages = doc.get("stages", LineList())
     if not isinstance(raw_stages, LineList):   # the header said so
         raw_stages = LineList()
@@ -165,7 +170,10 @@ def _build(doc, path: str, digest: str, device_override: Optional[str],
         except CompressorError as exc:
             problem(line, _with_suggestion(str(exc), str(name)))
             continue
-        config = _config(stage_type.config_cls, settings, defaults, line, f"stage '{name}'", problem)
+        moved: list = []
+        config = _config(stage_type.config_cls, settings, defaults, line, f"stage '{name}'", problem, moved)
+        if moved:   # training keys written flat in the stage, the older form: one line per stage
+            notes.append(moved_message(f"{path}, stage {i + 1} ({name})", moved))
         # a config may say which tasks it cannot serve (check_task(task) -> a problem or None)
         if config is not None and task is not None and hasattr(config, "check_task"):
             wrong = config.check_task(task)
@@ -186,7 +194,7 @@ def _build(doc, path: str, digest: str, device_override: Optional[str],
                   teacher_finetune=teacher_finetune, data_dir=data_dir, user_data=user_data,
                   train_limit=train_limit,
                   dev_limit=dev_limit, device=device, seed=seed,
-                  description=header.description, stages=stages, digest=digest)
+                  description=header.description, stages=stages, digest=digest, warnings=notes)
 
 
 def _user_data(data: LineDict, task_name, problem, path: str = ""):
@@ -216,12 +224,12 @@ def _user_data(data: LineDict, task_name, problem, path: str = ""):
         return None, None
 
 
-def _config(cls, settings, defaults, line, what, problem):
+def _config(cls, settings, defaults, line, what, problem, moved=None):
     if not isinstance(settings, LineDict):
         problem(line, f"{what} settings must be a mapping, got {settings!r}")
         return None
     try:
-        return config_from_dict(cls, settings, defaults, what)
+        return config_from_dict(cls, settings, defaults, what, moved=moved)
     except SettingsError as exc:
         found = sorted(((_line_of(settings, keys, line), message) for keys, message in exc.problems),
                        key=lambda p: p[0])
@@ -246,7 +254,9 @@ def _with_suggestion(message: str, name: str) -> str:
 def _line_of(settings, keys, line: int) -> int:
     """The line of the deepest of ``keys`` (a path into nested settings) that the file has."""
     node = settings
-    for key in keys:
+    for i, key in enumerate(keys):
+        if isinstance(node, LineDict) and key not in node and keys[i + 1:i + 2] and keys[i + 1] in node:
+            continue   # a key written flat beside its section (lr for train.lr): found where it is
         if isinstance(node, LineDict) and key in node:
             line, node = node.line_of(key), node[key]
         elif isinstance(node, LineList) and isinstance(key, int) and key < len(node):

@@ -1,10 +1,11 @@
 """The settings of BERT-of-Theseus module replacing (no torch here: the command line reads them)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
-from compressor.core.settings import check_fields, from_values, not_negative, positive, setting
-from compressor.engine.train_config import TrainConfig, teacher_setting
+from compressor.core.errors import CompressorError
+from compressor.core.settings import check_fields, from_values, not_negative, positive, section_of, setting
+from compressor.engine.train_config import TrainConfig, teacher_setting, train_setting
 
 SCHEDULES = ("constant", "linear")
 INITS = ("last", "first", "prefix")
@@ -16,11 +17,8 @@ def _probability(value, name, config=None):
     return None
 
 
-def _no_epochs(value, name, config=None):
-    if value:
-        return ("theseus trains in two phases: set replacing_epochs and finetune_epochs, "
-                "not epochs")
-    return None
+# train.epochs has no meaning here: each phase has its own length
+NO_EPOCHS = "theseus trains in two phases: set replacing_epochs and finetune_epochs, not train.epochs"
 
 
 @dataclass
@@ -33,8 +31,9 @@ class TheseusKD:
 
 
 @dataclass
-class TheseusConfig(TrainConfig):
-    """Training settings (``lr``, ``batch_size``... shared by both phases) plus the replacing.
+class TheseusConfig:
+    """The replacing, and ``train``: the settings both phases share (``lr``, ``batch_size``...; each
+    phase's length is ``replacing_epochs`` / ``finetune_epochs``, so ``train.epochs`` is refused).
 
     The predecessor's layers are split into ``num_layers`` groups of consecutive layers; each
     group's successor (one layer, a copy of the group's ``init`` layer) replaces the whole group
@@ -42,7 +41,7 @@ class TheseusConfig(TrainConfig):
     ``min(1, k * step + b)`` (linear; k 0 = reach 1 at the end of the replacing phase).
     """
 
-    epochs: float = setting(0.0, check=_no_epochs)   # not used: see the two below
+    train: TrainConfig = train_setting(refuse={"epochs": NO_EPOCHS})   # both phases' run, but their lengths
     num_layers: int = setting(3, check=positive)     # successor layers (groups)
     init: str = setting("last", choices=INITS)       # the layer a successor copies: its group's last or first, or prefix (successor i copies layer i)
     schedule: str = setting("constant", choices=SCHEDULES)
@@ -57,17 +56,18 @@ class TheseusConfig(TrainConfig):
     teacher: str = teacher_setting()   # kd's soft targets: input (the predecessor, unchanged), recipe (the recipe's teacher) or a folder
 
     def __post_init__(self):
+        self.train = section_of(self, "train")
         self.kd = from_values(TheseusKD, self.kd, "kd")
 
     def check(self) -> None:
         check_fields(self)
+        if self.train.epochs != TrainConfig().epochs:   # a TrainConfig given whole, in Python
+            raise CompressorError(f"train.epochs: {NO_EPOCHS}")
+        self.train.check()
         check_fields(self.kd)
 
     def phase_config(self, phase: str) -> TrainConfig:
         """The loop's settings of phase ``replacing`` or ``finetune``."""
-        names = TrainConfig.__dataclass_fields__
-        base = TrainConfig(**{k: v for k, v in asdict(self).items() if k in names and k != "epochs"},
-                           epochs=1.0)
         if phase == "replacing":
-            return replace(base, epochs=self.replacing_epochs)
-        return replace(base, epochs=self.finetune_epochs, lr=self.finetune_lr or self.lr)
+            return replace(self.train, epochs=self.replacing_epochs)
+        return replace(self.train, epochs=self.finetune_epochs, lr=self.finetune_lr or self.train.lr)

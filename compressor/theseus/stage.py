@@ -47,15 +47,15 @@ def run_theseus(model, tokenizer, train_set, dev_set, config: TheseusConfig, des
     ``num_layers``-layer model and the record. ``recipe_teacher``: the recipe's teacher folder
     (``teacher: recipe``)."""
     config.check()
-    set_seed(config.seed)
-    device = resolve_device(config.device)
+    set_seed(config.train.seed)
+    device = resolve_device(config.train.device)
     spec = arch_of(model)
     layers_before = spec.num_layers(model.config)
     sizes = group_sizes(layers_before, config.num_layers)
     parameters_before = count_parameters(model)
     start = time.perf_counter()
     model.to(device)
-    before = score(model, tokenizer, dev_set, config.max_length, max(64, config.batch_size), device,
+    before = score(model, tokenizer, dev_set, config.train.max_length, max(64, config.train.batch_size), device,
                    desc="score predecessor")
     teacher = None
     if config.kd.weight:   # a frozen copy of the predecessor (teacher: input), or the folder loaded
@@ -69,8 +69,8 @@ def run_theseus(model, tokenizer, train_set, dev_set, config: TheseusConfig, des
                  desc=f"{desc} (replacing)", callbacks=[replacing])
     phases.append({"phase": "replacing", "replacing": replacing.summary(), **result})
     model = successor_model(model)
-    if config.finetune_epochs or config.max_steps:
-        set_seed(config.seed)
+    if config.finetune_epochs or config.train.max_steps:
+        set_seed(config.train.seed)
         result = fit(model, tokenizer, train_set, dev_set, config.phase_config("finetune"), loss_fn,
                      desc=f"{desc} (finetune)")
         phases.append({"phase": "finetune", **result})
@@ -93,7 +93,7 @@ def theseus_stage(ctx, config: TheseusConfig) -> dict:
 
     run = model_to_model(run_theseus, "theseus")
     return run(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config, ctx.out_dir,
-               ctx.meta("theseus", config.max_length), recipe_teacher=ctx.teacher_dir)
+               ctx.meta("theseus", config.train.max_length), recipe_teacher=ctx.teacher_dir)
 
 
 def theseus(model: str, out: str, config=None, task: Optional[str] = None,
