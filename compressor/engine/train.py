@@ -210,11 +210,19 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
     frozen = _freeze_unused(model, loss_fn, accelerator, collate(
         items[:config.batch_size], pad_id, task.is_regression), device) if world > 1 else []
     no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for n, p in model.named_parameters() if p.requires_grad and not n.endswith(no_decay)]
-    rest = [p for n, p in model.named_parameters() if p.requires_grad and n.endswith(no_decay)]
+    # a model may train some parameters at another learning rate (token pruning's thresholds):
+    # ``lr_scales()`` -> {parameter name: multiple of lr}; those are not decayed, and their
+    # gradients are clipped apart from the weights' (a few scalars would otherwise set the norm)
+    scales = getattr(model, "lr_scales", lambda: {})()
+    params = [p for n, p in model.named_parameters() if p.requires_grad and n not in scales]
+    decay = [p for n, p in model.named_parameters()
+             if p.requires_grad and not n.endswith(no_decay) and n not in scales]
+    rest = [p for n, p in model.named_parameters()
+            if p.requires_grad and n.endswith(no_decay) and n not in scales]
+    scaled = [{"params": [p], "weight_decay": 0.0, "lr": config.lr * scales[n]}
+              for n, p in model.named_parameters() if p.requires_grad and n in scales]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": rest, "weight_decay": 0.0}], lr=config.lr,
+                                   {"params": rest, "weight_decay": 0.0}] + scaled, lr=config.lr,
                                   fused=device.type == "cuda" or None)   # one kernel per step
     warmup_steps = int(config.warmup * total_steps)
 
@@ -269,6 +277,8 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
             if not accelerator.sync_gradients:
                 continue
             accelerator.clip_grad_norm_(params, config.max_grad_norm)
+            for group in scaled:
+                torch.nn.utils.clip_grad_norm_(group["params"], config.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()

@@ -253,6 +253,9 @@ def _export_torch(net, tokenizer, out: str, opset: int) -> None:
     except CompressorError:
         types = False
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if types else [])
+    # outputs after the logits that a model names (token pruning's kept_tokens per row and layer);
+    # the runtime reads output 0, the logits
+    extra = list(getattr(net, "onnx_outputs", ()))
 
     class Logits(torch.nn.Module):
         def __init__(self, inner):
@@ -260,16 +263,18 @@ def _export_torch(net, tokenizer, out: str, opset: int) -> None:
             self.inner = inner
 
         def forward(self, *inputs):
-            return self.inner(**dict(zip(names, inputs))).logits
+            out = self.inner(**dict(zip(names, inputs)))
+            return (out.logits, *(getattr(out, name) for name in extra)) if extra else out.logits
 
     enc = tokenizer(["a short example", "and a somewhat longer second example sentence"],
                     padding=True, return_tensors="pt", return_token_type_ids=types)
     args = tuple(enc[n] for n in names)
     axes = {n: {0: "batch_size", 1: "sequence_length"} for n in names}
-    axes["logits"] = {0: "batch_size"}
+    for name in ["logits"] + extra:
+        axes[name] = {0: "batch_size"}
     with torch.no_grad():
         torch.onnx.export(Logits(net).eval(), args, os.path.join(out, MODEL_FILE), input_names=names,
-                          output_names=["logits"], dynamic_axes=axes, opset_version=opset,
+                          output_names=["logits"] + extra, dynamic_axes=axes, opset_version=opset,
                           dynamo=False, do_constant_folding=True)
 
 
@@ -426,13 +431,25 @@ def optimize_graph(model_file: str, config=None, heads=None) -> dict:
     for q in quiet:
         q.setLevel(logging.ERROR)
     try:
-        optimized = optimize_model(model_file, model_type="bert", num_heads=num_heads, hidden_size=width,
-                                   opt_level=0)
+        unfusable = None
+        try:
+            optimized = optimize_model(model_file, model_type="bert", num_heads=num_heads, hidden_size=width,
+                                       opt_level=0)
+        except RuntimeError as exc:
+            # the attention fusion can leave a graph that is no longer a DAG where layers see
+            # computed token indices (token pruning): fuse the rest, attention left as it is
+            unfusable = " ".join(str(exc).split())[:200]
+            options = FusionOptions("bert")
+            options.enable_attention = False
+            optimized = optimize_model(model_file, model_type="bert", num_heads=num_heads,
+                                       hidden_size=width, opt_level=0, optimization_options=options)
         # MPNet: onnxruntime fuses no attention (its relative position bias); ours does
         mpnet = _fuse_mpnet(optimized, config, head_size)
         attention = _attention_report(optimized.model, heads, head_size)
         if mpnet:
             attention["mpnet_fusion"] = mpnet
+        if unfusable:
+            attention["note"] = f"attention left unfused: the optimizer's attention fusion failed ({unfusable})"
         if attention.get("wrong"):
             options = FusionOptions("bert")
             options.enable_attention = False

@@ -10,6 +10,9 @@ from compressor.core.registry import TRAINABLE, register_stage
 from compressor.core.settings import at_least_one, setting
 
 ONNX_KIND = "onnx"
+# PyTorch model kinds of other methods that export as one graph: token pruning's (compressor.tokens),
+# whose graph drops tokens between layers at run time
+ONE_GRAPH_KINDS = ("token-prune",)
 EXPORTERS = ("auto", "optimum", "torch")
 
 
@@ -22,7 +25,7 @@ class ExportConfig:
     threads: Optional[int] = setting(None, check=at_least_one)  # onnxruntime threads for scoring
 
 
-@register_stage("export", ExportConfig, accepts=(TRAINABLE, ONNX_KIND), produces=ONNX_KIND)
+@register_stage("export", ExportConfig, accepts=(TRAINABLE, ONNX_KIND) + ONE_GRAPH_KINDS, produces=ONNX_KIND)
 def export_stage(ctx, config: ExportConfig) -> dict:
     """Export the current model to ONNX (model.onnx, tokenizer, manifest, parity.json) and score it."""
     from compressor.core.metrics import task_score

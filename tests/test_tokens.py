@@ -1,0 +1,255 @@
+"""Learned token pruning: threshold 0 and keep 1 give the unpruned model's outputs; [CLS], the
+separators and both texts of a pair survive every layer; the tokens gathered by index at
+inference give what the training masks give; the ONNX graph drops the same tokens and matches
+PyTorch, also in INT8; the folder reloads; the stage runs in a chain; bad settings are one line."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from conftest import save_sst2_classifier, tiny_config
+
+from compressor.core.errors import CompressorError
+from compressor.tokens import prune_tokens
+
+SEP = 102   # the MiniLM WordPiece tokenizer's [SEP]
+
+
+def _classifier(arch, layers=3, seed=0):
+    torch.manual_seed(seed)
+    config = tiny_config(arch)
+    config.num_labels, config.num_hidden_layers = 2, layers
+    return transformers.AutoModelForSequenceClassification.from_config(config).eval()
+
+
+def _pair_batch(arch):
+    """Two pairs, the second shorter (padded): [CLS] a.. [SEP] b.. [SEP]."""
+    g = torch.Generator().manual_seed(1)
+    rows = []
+    for first, second in ((9, 8), (3, 2)):
+        rows.append([101] + torch.randint(1000, 2000, (first,), generator=g).tolist() + [SEP]
+                    + torch.randint(1000, 2000, (second,), generator=g).tolist() + [SEP])
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    batch = {"input_ids": ids, "attention_mask": mask}
+    if arch == "bert":
+        types = torch.zeros_like(ids)
+        for i, (first, _) in enumerate(((9, 8), (3, 2))):
+            types[i, first + 2:] = 1
+        batch["token_type_ids"] = types * mask
+    return batch
+
+
+def _no_dropout(model):
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("arch", ["bert", "mpnet"])
+@pytest.mark.parametrize("settings", [{"by": "threshold", "threshold": 0.0},
+                                      {"by": "ratio", "keep": 1.0}])
+def test_threshold_zero_or_keeping_all_gives_the_unpruned_outputs(arch, settings):
+    model = _classifier(arch)
+    batch = _pair_batch(arch)
+    with torch.no_grad():
+        reference = model(**batch).logits
+        pruned = prune_tokens(model, {**settings, "learn": False}, separators=[SEP]).eval()
+        out = pruned(**batch)
+    assert torch.equal(out.logits, reference)
+    lengths = batch["attention_mask"].sum(1, keepdim=True).float()
+    assert torch.equal(out.kept_tokens, lengths.expand(-1, 3))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("arch", ["bert", "mpnet"])
+def test_cls_separators_and_both_segments_survive_every_layer(arch):
+    model = _classifier(arch, layers=4)
+    batch = _pair_batch(arch)
+    # a threshold no token reaches: only what is always kept goes on
+    pruned = prune_tokens(model, {"threshold": [1.0, 1.0, 1.0], "learn": False}, separators=[SEP]).eval()
+    for row in range(2):
+        n = int(batch["attention_mask"][row].sum())
+        one = {k: v[row:row + 1, :n] for k, v in batch.items()}
+        ids = one["input_ids"][0]
+        seps = torch.nonzero(ids == SEP).squeeze(1).tolist()
+        with torch.no_grad():
+            out = pruned(**one)
+        assert out.kept_tokens[0].tolist() == [n, 5, 5, 5]   # [CLS], 2 separators, one token per text
+        for positions in out.kept_positions[1:]:
+            kept = positions[0].tolist()
+            assert kept[0] == 0 and all(s in kept for s in seps)
+            assert any(0 < p < seps[0] for p in kept) and any(seps[0] < p < seps[1] for p in kept)
+            assert kept == sorted(kept)   # the original order
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("arch", ["bert", "mpnet"])
+@pytest.mark.parametrize("settings", [{"by": "threshold", "threshold": [0.07, 0.1]},
+                                      {"by": "ratio", "keep": [0.6, 0.5]}])
+def test_gathered_tokens_give_what_the_masks_give_and_rows_are_independent(arch, settings):
+    model = _classifier(arch)
+    _no_dropout(model)
+    batch = _pair_batch(arch)
+    pruned = prune_tokens(model, {**settings, "learn": False}, separators=[SEP])
+    with torch.no_grad():
+        gathered = pruned.eval()(**batch)
+        pruned.train()
+        pruned.mode = "hard"
+        masked = pruned(**batch)
+    assert gathered.kept_tokens[0, -1] < batch["attention_mask"][0].sum()   # tokens were dropped
+    assert torch.equal(gathered.kept_tokens, masked.kept_tokens)
+    assert torch.allclose(gathered.logits, masked.logits, atol=1e-5)
+    pruned.eval()
+    for row in range(2):
+        n = int(batch["attention_mask"][row].sum())
+        with torch.no_grad():
+            alone = pruned(**{k: v[row:row + 1, :n] for k, v in batch.items()})
+        assert torch.allclose(alone.logits[0], gathered.logits[row], atol=1e-5)
+        assert torch.equal(alone.kept_tokens[0], gathered.kept_tokens[row])
+
+
+@pytest.mark.unit
+def test_ratio_keeps_its_share_and_soft_masks_train_the_thresholds():
+    model = _classifier("bert")
+    batch = _pair_batch("bert")
+    pruned = prune_tokens(model, {"by": "ratio", "keep": 0.5, "learn": False}, separators=[SEP]).eval()
+    with torch.no_grad():
+        kept = pruned(**batch).kept_tokens
+    assert kept[0].tolist() == [20, 10, 5]   # ceil(20 / 2), then ceil(10 / 2)
+    # thresholds near the importance of a token among 20 (1/20): the soft masks are not saturated
+    pruned = prune_tokens(_classifier("bert"), {"threshold": [0.05, 0.05]}, separators=[SEP]).train()
+    pruned.mode = "soft"
+    pruned.thresholds.requires_grad_(True)
+    out = pruned(**batch, labels=torch.tensor([0, 1]))
+    assert 0 < float(out.kept_share.detach()) < 1
+    out.kept_share.backward()
+    assert (pruned.thresholds.grad < 0).all()   # higher thresholds keep fewer tokens
+    assert pruned.lr_scales() == {"thresholds": 1.0}
+
+
+@pytest.mark.unit
+def test_bad_settings_are_one_line():
+    from compressor.core.settings import config_from_dict
+    from compressor.tokens.config import TokenPruneConfig
+
+    for values, words in (({"by": "magic"}, "unknown by"),
+                          ({"keep": 0}, "keep must be in (0, 1]"),
+                          ({"threshold": [0.1, "x"]}, "threshold must be a number"),
+                          ({"threshold": -1}, "threshold must be in [0, 1]"),
+                          ({"by": "ratio", "keep": 0.5, "learn": True}, "learn trains thresholds")):
+        with pytest.raises(CompressorError) as err:
+            config_from_dict(TokenPruneConfig, values, what="token_prune").check()
+        assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+    config = config_from_dict(TokenPruneConfig, {"threshold": [0.1]}, what="token_prune")
+    with pytest.raises(CompressorError, match="prune after 2 of them"):
+        prune_tokens(_classifier("bert"), config, separators=[SEP])
+
+
+def _mrpc_checkpoint(path, minilm_dir, arch):
+    from compressor.core.data import get_task
+    from compressor.core.models import checkpoint_meta, save_checkpoint
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    model = _classifier(arch)
+    save_checkpoint(model, tokenizer, str(path), checkpoint_meta(get_task("mrpc"), 64, "test"))
+    return str(path)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("arch", ["bert", "mpnet"])
+def test_the_folder_reloads_and_its_onnx_graph_drops_the_same_tokens(tmp_path, minilm_dir, glue_dir, arch):
+    from compressor.core.models import load_for_task
+    from compressor.export.onnx import export_onnx
+    from compressor.export.runtime import Predictor
+    from compressor.tokens.model import TokenPrunedModel
+    from compressor.tokens.stage import token_prune
+
+    source = _mrpc_checkpoint(tmp_path / "model", minilm_dir, arch)
+    out = tmp_path / "tokens"
+    record = token_prune(source, str(out), {"threshold": [0.06, 0.09], "learn": False, "hard_epochs": 0},
+                         data_dir=glue_dir, train_limit=8, dev_limit=24)
+    assert record["kept_tokens"]["layers"][0] == 1.0 and record["kept_tokens"]["layers"][-1] < 0.9
+    assert json.load(open(out / "compressor.json"))["kind"] == "token-prune"
+    model, _ = load_for_task(str(out))
+    assert isinstance(model, TokenPrunedModel) and model.values() == pytest.approx([0.06, 0.09])
+    transformers.AutoModelForSequenceClassification.from_pretrained(str(out))   # the unpruned model
+    manifest = export_onnx(str(out), str(tmp_path / "onnx"), data_dir=glue_dir, parity_limit=40)
+    assert manifest["parity"]["identical_predictions"] == 1.0
+    assert manifest["parity"]["max_abs_logit_diff"] < 1e-4
+    predictor = Predictor(str(tmp_path / "onnx"))
+    texts = [("the cat sat on the mat and looked around the quiet room", "a dog slept by the door"),
+             ("short", "and a much longer second sentence with many more words in it")]
+    dropped = 0
+    for text in texts:
+        feed = predictor.encode([text])
+        logits, kept = predictor.session.run(None, feed)
+        with torch.no_grad():
+            ours = model(**{k: torch.from_numpy(v) for k, v in feed.items()})
+        assert np.abs(logits - ours.logits.numpy()).max() < 1e-4
+        assert kept.tolist() == ours.kept_tokens.tolist()
+        dropped += kept[0, -1] < kept[0, 0]
+    assert dropped
+    # dynamic INT8 of the same graph still runs, and drops tokens
+    from compressor.core.data import get_task, load_data
+    from compressor.quantize.api import quantize
+    from compressor.quantize.configs import OrtDynamicConfig
+
+    quantize(str(tmp_path / "onnx"), str(tmp_path / "int8"), OrtDynamicConfig(),
+             dev_set=load_data(get_task("mrpc"), "dev", glue_dir, 16))
+    int8 = Predictor(str(tmp_path / "int8"))
+    logits, kept = int8.session.run(None, int8.encode([texts[0]]))
+    assert logits.shape == (1, 2) and kept[0, -1] < kept[0, 0]
+
+
+@pytest.mark.integration
+def test_the_stage_learns_thresholds_in_a_tiny_chain(tmp_path, minilm_dir, glue_dir):
+    from compressor.recipe import run_recipe, validate_recipe
+
+    teacher = save_sst2_classifier(tmp_path / "teacher", minilm_dir)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"""name: tiny-tokens
+task: sst2
+data: {{train_limit: 32, dev_limit: 16}}
+teacher: {teacher}
+device: cpu
+stages:
+  - distill: {{student: {{kind: layers, num_layers: 2}}, epochs: 1, batch_size: 16, max_length: 32}}
+  - token_prune: {{threshold: 0.05, kept_weight: 1.0, hard_epochs: 1, teacher: recipe,
+                   train: {{epochs: 1, batch_size: 16, max_length: 32}}}}
+  - export: {{}}
+  - quantize: {{method: dynamic}}
+""")
+    assert validate_recipe(str(recipe)) == []
+    out = tmp_path / "run"
+    manifest = run_recipe(str(recipe), str(out), data_dir=glue_dir, log=lambda m: None)
+    names = [s["dir"] for s in manifest["stages"]]
+    assert names[2:] == ["02-token_prune", "03-export", "04-quantize"]
+    record = json.load(open(out / "02-token_prune" / "record.json"))
+    assert record["phases"]["soft"]["steps"] == 2 and record["phases"]["hard"]["steps"] == 2
+    assert record["values"] != [0.05]   # learnt
+    assert record["kept_tokens"]["layers"][0] == 1.0
+    assert os.path.isfile(out / "04-quantize" / "model.onnx")
+
+
+@pytest.mark.integration
+def test_the_command_writes_a_folder_and_refuses_bad_settings(tmp_path, capsys, minilm_dir, glue_dir):
+    from test_cli import assert_one_line_error, run_cli
+
+    from compressor.cli import main
+    from compressor.core.models import read_meta
+
+    source = save_sst2_classifier(tmp_path / "model", minilm_dir)
+    main(["token-prune", source, "--out", str(tmp_path / "tokens"), "--set", "by=ratio",
+          "--set", "keep=0.5", "--set", "hard_epochs=0", "--set", "learn=false", "--data-dir", glue_dir,
+          "--train-limit", "8", "--dev-limit", "8"])
+    assert "token-pruned model:" in capsys.readouterr().out
+    assert read_meta(str(tmp_path / "tokens"))["kind"] == "token-prune"
+    code, _, err = run_cli(capsys, "token-prune", source, "--out", str(tmp_path / "bad"),
+                           "--set", "keep=2", "--data-dir", glue_dir)
+    assert_one_line_error(code, err, "keep must be in (0, 1]")
+    assert not (tmp_path / "bad").exists()
