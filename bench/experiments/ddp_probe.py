@@ -63,8 +63,9 @@ def main():
     train = load_split("sst2", "train", glue, limit=batch * steps)
     dev = load_split("sst2", "dev", glue, limit=256)
     config = distiller.DistillConfig(student={"kind": "layers", "num_layers": 6}, losses={"kd": 1},
-                                     cache_teacher_logits=False, batch_size=batch, epochs=1,
-                                     eval_every=10 ** 9, precision="bf16", device="cuda", lr=1e-4)
+                                     cache_teacher_logits=False,
+                                     train={"batch_size": batch, "epochs": 1, "eval_every": 10 ** 9,
+                                            "precision": "bf16", "device": "cuda", "lr": 1e-4})
     if profile:
         from torch.profiler import ProfilerActivity, profile as run_profile
 

@@ -21,7 +21,7 @@ WHAT = ("MPNet-base SST-2 teacher distilled into a 6-layer student (every other 
 def run_summary(record: dict, batch: int) -> dict:
     """The figures of one run from its ``metrics.json``."""
     phase = record["phases"][-1]
-    return {"gpus": phase["processes"], "global_batch": batch, "epochs": record["config"]["epochs"],
+    return {"gpus": phase["processes"], "global_batch": batch, "epochs": record["config"].get("train", record["config"])["epochs"],   # (flat before the train section)
             "steps": record["steps"], "train_rows": phase["train_rows"],
             "train_loop_s": phase["train_loop_s"], "train_rows_per_s": phase["samples_per_s"],
             "steady_rows_per_s": phase.get("steady_samples_per_s"),

@@ -14,6 +14,7 @@ import os
 import shlex
 import sys
 
+from compressor.core.settings import lift_flat_keys
 from compressor.distill import DistillConfig, distill
 from compressor.core.models import size_on_disk
 from compressor.core.io import read_json
@@ -71,8 +72,9 @@ def run_students(args, experiment: str, teacher: str, runs) -> list:
     for name, student, losses, settings in runs:
         if args.runs and name not in args.runs.split(","):
             continue
-        config = DistillConfig(**{**PLAIN, **settings}, seed=args.seed, device=args.device,
-                               precision=args.precision, student=student, losses=losses)
+        values, _, _ = lift_flat_keys(DistillConfig, {**PLAIN, **settings, "seed": args.seed,
+                                                      "device": args.device, "precision": args.precision})
+        config = DistillConfig(**values, student=student, losses=losses)   # training keys under train
         record = distill(teacher, os.path.join(args.work, name), config=config,
                          data_dir=args.data_dir, overwrite=True, train_limit=args.train_limit,
                          dev_limit=args.dev_limit)

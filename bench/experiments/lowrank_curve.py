@@ -133,8 +133,9 @@ def main():
     def config_for(target: str, energy: float) -> LowRankConfig:
         config = LowRankConfig(linears=target, energy=energy, only_if_smaller=False, min_rank=1,
                                max_length=args.max_length, device="cpu",
-                               recover={"mode": "distill", "epochs": 1, "max_steps": args.recover_steps,
-                                        "batch_size": 32, "lr": 1e-4, "warmup": 0.1})
+                               recover={"mode": "distill", "train": {
+                                   "epochs": 1, "max_steps": args.recover_steps, "batch_size": 32,
+                                   "lr": 1e-4, "warmup": 0.1}})
         config.check()
         return config
 
