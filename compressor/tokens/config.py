@@ -18,12 +18,12 @@ keeps at least its most important token. ``threshold: 0`` or ``keep: 1`` drops n
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional, Union
 
 from compressor.core.errors import CompressorError
-from compressor.core.settings import check_fields, from_values, not_negative, positive, setting
-from compressor.engine.train_config import TrainConfig, teacher_setting
+from compressor.core.settings import check_fields, not_negative, positive, section_of, setting
+from compressor.engine.train_config import TrainConfig, teacher_setting, train_setting
 
 BY = ("threshold", "ratio")
 
@@ -58,10 +58,10 @@ class TokenPruneConfig:
     kd_weight: float = setting(1.0, check=not_negative)    # soft targets from the teacher (0: the task loss alone)
     kd_temperature: float = setting(2.0, check=positive)
     teacher: str = teacher_setting()   # the soft targets' model: input (the unpruned model), recipe, or a folder
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=1.0))   # soft phase (and the hard phase's other settings)
+    train: TrainConfig = train_setting(epochs=1.0)   # the soft phase's run (and the hard phase's other settings)
 
     def __post_init__(self):
-        self.train = from_values(TrainConfig, self.train, "train")
+        self.train = section_of(self, "train")
 
     @property
     def max_length(self) -> int:
