@@ -28,29 +28,29 @@ class TrainConfig:
     # a method's train section also takes these keys written flat in the stage (deprecated)
     FLAT_KEYS: ClassVar[str] = "training"
 
-    epochs: float = setting(3.0, check=lambda v, name, c: _epochs(v, c))
-    lr: float = setting(5e-5, check=positive)
-    batch_size: int = setting(32, check=positive)
-    max_length: int = setting(128, check=positive)
-    seed: int = 42
+    epochs: float = setting(3.0, check=lambda v, name, c: _epochs(v, c))   # passes over the training rows (fractions allowed)
+    lr: float = setting(5e-5, check=positive)          # peak learning rate (AdamW, linear warmup then decay)
+    batch_size: int = setting(32, check=positive)      # the global batch (with several processes too)
+    max_length: int = setting(128, check=positive)     # longest input in tokens; longer ones are cut
+    seed: int = 42                                     # initialisation, shuffling, sampled rows
     warmup: float = setting(0.1, check=lambda v, name, c: None if 0 <= v < 1 else  # share of the steps
                             f"warmup is a share of the steps in [0, 1), got {v}")   # spent warming up the lr
-    weight_decay: float = 0.01
-    grad_accum: int = setting(1, check=positive)
-    max_grad_norm: float = 1.0
+    weight_decay: float = 0.01                         # AdamW weight decay
+    grad_accum: int = setting(1, check=positive)       # batches whose gradients add up before each optimiser step
+    max_grad_norm: float = 1.0                         # clip the gradient norm to this; 0 = no clipping
     eval_every: int = setting(0, check=not_negative)   # optimiser steps between dev evaluations; 0 = once per epoch
     max_steps: int = setting(0, check=not_negative)    # stop after this many optimiser steps; 0 = no limit
-    device: str = setting("auto", check=device_setting)
+    device: str = setting("auto", check=device_setting)   # cpu, cuda, cuda:N or auto (CUDA when present)
     precision: str = setting("fp32", choices=PRECISIONS)   # fp32, bf16 or fp16 (fp16 needs CUDA)
     # trackers that get the loss and dev scores, through accelerate, into OUT/runs/:
     # none, or tensorboard, mlflow, wandb (several: comma-separated); all work offline
-    report_to: str = setting("none", check=lambda v, name, c: report_to_problem(v, name))
+    report_to: str = setting("none", check=lambda v, name, c: report_to_problem(v, name))   # none, or trackers: tensorboard, mlflow, wandb
 
     def check(self) -> None:
         check_fields(self)
 
 
-TRAIN_HELP = "the training run's settings (epochs, lr, batch_size ...); defaults: {}"
+TRAIN_HELP = "the training run's settings (epochs, lr, batch_size ...){}"
 
 
 def train_setting(refuse: Optional[dict] = None, **defaults):
@@ -59,9 +59,10 @@ def train_setting(refuse: Optional[dict] = None, **defaults):
     ``__post_init__`` turns a mapping into the section with
     ``compressor.core.settings.section_of(self, "train")``, on these defaults. ``refuse``:
     ``{key: why}``, the keys this method takes elsewhere (Theseus's two phases' epochs)."""
-    shown = ", ".join(f"{k} {v}" for k, v in defaults.items()) or "the training run's own"
-    metadata = {"help": TRAIN_HELP.format(shown)}
+    shown = ", ".join(f"{k} {v}" for k, v in defaults.items())
+    metadata = {"help": TRAIN_HELP.format(f"; this method's defaults: {shown}" if shown else "")}
     if refuse:
+        metadata["help"] += "".join(f"; no {key}: {why}" for key, why in refuse.items())
         metadata["refuse"] = dict(refuse)
     return dataclasses.field(default_factory=lambda: TrainConfig(**defaults), metadata=metadata)
 
