@@ -467,7 +467,8 @@ def _print_metrics(record):
 _COMMAND_MODULES = ("compressor.cli.distill", "compressor.cli.prune", "compressor.cli.share",
                     "compressor.cli.theseus", "compressor.cli.quantize",
                     "compressor.cli.export", "compressor.cli.bench", "compressor.cli.exit",
-                    "compressor.cli.augment", "compressor.cli.lowrank")
+                    "compressor.cli.augment", "compressor.cli.lowrank", "compressor.cli.serve",
+                    "compressor.cli.tokens")
 
 
 def _add_commands():
