@@ -312,8 +312,8 @@ def test_mixed_precision_can_choose_on_training_rows_and_leave_dev_to_the_end(ti
 
     assert OrtMixedConfig().uses_train is False and OrtMixedConfig(search_on="train").uses_train is True
     seen = []
-    real = sens.dev_score
-    monkeypatch.setattr(sens, "dev_score", lambda folder, rows, *a, **k: seen.append(rows.split) or real(folder, rows, *a, **k))
+    real = sens.graph_outputs
+    monkeypatch.setattr(sens, "graph_outputs", lambda folder, rows, *a, **k: seen.append(rows.split) or real(folder, rows, *a, **k))
     out = str(tmp_path / "mixed-train")
     record = quantize(tiny["onnx"], out, OrtMixedConfig(max_drop=100.0, search_on="train", search_rows=12),
                       train_set=data["train"], dev_set=data["dev"])

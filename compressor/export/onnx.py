@@ -585,12 +585,19 @@ def score_onnx(folder: str, dataset, threads: Optional[int] = None, model_file: 
     """
     from compressor.core.metrics import compute_metrics
 
+    logits = dataset_logits(folder, dataset, threads, model_file)
+    preds = logits[:, 0] if dataset.task.is_regression else logits.argmax(-1)
+    return compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])
+
+
+def dataset_logits(folder: str, dataset, threads: Optional[int] = None, model_file: Optional[str] = None):
+    """The graph's outputs (rows x labels) on a dataset's rows, one sentence at a time: what
+    ``score_onnx`` scores, for a caller that compares graphs row by row (the INT8 search's
+    agreement with FP32)."""
     from compressor.export.runtime import open_graph
 
     predictor = open_graph(folder, threads=threads, model_file=model_file)   # an early-exit export: its chain
-    logits = predictor.logits(example_texts(dataset.examples), batch_size=1)
-    preds = logits[:, 0] if dataset.task.is_regression else logits.argmax(-1)
-    return compute_metrics(dataset.task, preds, [ex.label for ex in dataset.examples])
+    return predictor.logits(example_texts(dataset.examples), batch_size=1)
 
 
 def example_texts(examples) -> list:

@@ -242,13 +242,14 @@ def _search_writer(job: QuantizeJob, config):
 
 @register_quantizer(OrtMixedConfig)
 def ort_mixed(job: QuantizeJob, config: OrtMixedConfig) -> dict:
-    """INT8 with the units the dev score is most sensitive to kept in FP32, within max_drop."""
+    """INT8 with the units most sensitive kept FP32 until the criterion is met (max_drop, min_agreement)."""
     return _onnx(job, config, _search_writer(job, config))
 
 
 @register_quantizer(OrtAutoConfig)
 def ort_auto(job: QuantizeJob, config: OrtAutoConfig) -> dict:
-    """The fastest of static, dynamic and mixed INT8 (and FP32) within max_drop."""
+    """The fastest of its candidates (static, dynamic, mixed INT8, FP32) that meets the criterion:
+    drop within max_drop counting the rows' noise, agreement with FP32 of min_agreement."""
     return _onnx(job, config, _search_writer(job, config))
 
 
@@ -287,8 +288,12 @@ def row_step(rows_set, max_drop: float) -> Optional[dict]:
 
 def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=None, model=None,
             max_length: int = 128) -> tuple:
-    """Mixed precision (``mixed``) or the fastest configuration within the tolerance (``auto``); units
-    ordered by their measured drop or (``sensitivity: hessian``) by the Hessian of ``model``'s loss."""
+    """Mixed precision (``mixed``) or the fastest configuration that meets the criterion (``auto``):
+    drop within ``max_drop`` counting the rows' noise and agreement with FP32 of ``min_agreement``
+    (``sensitivity.Criterion``); units ordered by their divergence from FP32 alone or
+    (``sensitivity: hessian``) by the Hessian of ``model``'s loss."""
+    from dataclasses import replace
+
     from compressor.export.runtime import Predictor
 
     from compressor.export import int8 as ox
@@ -299,40 +304,56 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
     coarse = row_step(search_set, config.max_drop)
     if coarse:
         print(f"note: {coarse['note']}", file=sys.stderr)
-    report_dir = os.path.join(work, "report")
-    os.makedirs(report_dir, exist_ok=True)
-    if getattr(config, "sensitivity", "measured") == "hessian":
-        from compressor.quantize import hessian
-
-        report = hessian.hessian_report(model or src_folder, src_folder, search_set, preset, config.granularity,
-                                        config, max_length)
-        report["fp32_score"] = sens.dev_score(src_folder, search_set, threads=config.threads)
-        files = hessian.write_report(report, report_dir)
-    else:
-        report = sens.measure_sensitivity(src_folder, search_set, preset, work, config.granularity,
-                                          config.threads)
-        files = sens.write_report(report, report_dir, dev_set.task.main_metric)
-    mixed_path = os.path.join(work, "mixed.onnx")
-    mixed = sens.mixed_precision(src_folder, mixed_path, report, search_set, preset, config.max_drop,
-                                 config.threads)
+    reference = sens.graph_outputs(src_folder, search_set, threads=config.threads)   # the FP32 graph's
+    criterion = sens.Criterion(search_set, reference, config.max_drop, config.min_agreement, config.confidence,
+                               config.seed)
+    wanted = getattr(config, "candidates", ["mixed"])
     result = {"search_on": config.search_on, "search_split": search_set.split, "search_rows": len(search_set),
-              "sensitivity_measure": getattr(config, "sensitivity", "measured"),
-              "sensitivity": report, "mixed": mixed, "files": files, **({"coarse_rows": coarse} if coarse else {})}
+              "criterion": criterion.settings(), **({"coarse_rows": coarse} if coarse else {})}
+    files = {}
+    mixed_path = os.path.join(work, "mixed.onnx")
+    if "mixed" in wanted:
+        report_dir = os.path.join(work, "report")
+        os.makedirs(report_dir, exist_ok=True)
+        if getattr(config, "sensitivity", "measured") == "hessian":
+            from compressor.quantize import hessian
+
+            report = hessian.hessian_report(model or src_folder, src_folder, search_set, preset,
+                                            config.granularity, config, max_length)
+            report["fp32_score"] = criterion.fp32_score
+            files = hessian.write_report(report, report_dir)
+        else:
+            report = sens.measure_sensitivity(src_folder, search_set, preset, work, config.granularity,
+                                              config.threads, reference=reference)
+            files = sens.write_report(report, report_dir, dev_set.task.main_metric)
+        mixed = sens.mixed_precision(src_folder, mixed_path, report, search_set, preset, criterion,
+                                     config.threads)
+        result.update(sensitivity_measure=getattr(config, "sensitivity", "measured"), sensitivity=report,
+                      mixed=mixed)
     if config.method == "mixed":
         if not mixed["met"]:
-            raise CompressorError(f"no mix of FP32 and INT8 units keeps the drop on {search_set.split} within "
-                                  f"{config.max_drop} points (best: {mixed['drop']:.2f})")
+            raise CompressorError(f"no mix of FP32 and INT8 units meets the criterion on {search_set.split} "
+                                  f"(max_drop {config.max_drop}, min_agreement {config.min_agreement}); with "
+                                  f"every unit FP32 but one: drop {mixed['drop']:.2f} (bound "
+                                  f"{mixed['drop_bound']:.2f}), agreement {mixed['agreement']:.4f}")
         result["fp32_units"] = mixed["fp32_units"]
+        _append_choice_table(files, result, dev_set, work)
+        result["files"] = files
         return mixed_path, result
 
-    # auto: the fastest of dynamic, static and the mixed model that meets the tolerance
+    # auto: the fastest candidate that meets the criterion
     predictor = Predictor(src_folder, threads=config.threads)
     timing = ox.calibration_feeds(predictor, search_set.examples, 100, config.seed)
 
-    def build_dynamic():
-        path = os.path.join(work, "auto-dynamic.onnx")
-        ox.quantize_dynamic_onnx(src, path, preset)
-        return path
+    def build_dynamic(name, per_channel):
+        def build():
+            if per_channel is not None and per_channel == preset.per_channel:
+                return None   # the preset's own dynamic INT8: tried as "dynamic"
+            path = os.path.join(work, f"auto-{name}.onnx")
+            ox.quantize_dynamic_onnx(src, path, preset if per_channel is None
+                                     else replace(preset, per_channel=per_channel))
+            return path
+        return build
 
     def build_static():
         if train_set is None:
@@ -343,20 +364,41 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
                                 pad_id=predictor.pad_id)
         return path
 
-    candidates = [("static-int8", build_static), ("dynamic-int8", build_dynamic),
-                  (f"mixed ({len(mixed['fp32_units'])} FP32 units)", lambda: mixed_path),
-                  ("fp32", lambda: src)]
+    builders = {"static": ("static-int8", build_static),
+                "dynamic": ("dynamic-int8", build_dynamic("dynamic", None)),
+                "dynamic_per_tensor": ("dynamic-int8-per-tensor", build_dynamic("dynamic-per-tensor", False)),
+                "mixed": (f"mixed ({len(result['mixed']['fp32_units'])} FP32 units)" if "mixed" in result
+                          else "mixed", lambda: mixed_path),
+                "fp32": ("fp32", lambda: src)}
     choice = sens.accuracy_aware(
-        candidates, report["fp32_score"], config.max_drop,
-        score_fn=lambda p: sens.dev_score(src_folder, search_set, p, config.threads),
+        [builders[name] for name in wanted],
+        judge_fn=lambda p: criterion.judge(sens.graph_outputs(src_folder, search_set, p, config.threads)),
         latency_fn=lambda p: sens.latency_ms(src_folder, p, timing, threads=1))
+    result.update(tried=[{k: v for k, v in t.items() if k != "path"} for t in choice["tried"]])
     if choice["chosen"] is None:
-        raise CompressorError("no configuration met the tolerance, not even FP32")
-    result.update(chosen=choice["chosen"], tried=[{k: v for k, v in t.items() if k != "path"}
-                                                  for t in choice["tried"]])
+        raise CompressorError(f"no candidate ({', '.join(wanted)}) met the criterion on {search_set.split}: "
+                              + "; ".join(f"{t['name']}: {t.get('why_not')}" for t in choice["tried"]))
+    result["chosen"] = choice["chosen"]
     if choice["chosen"].startswith("mixed"):
-        result["fp32_units"] = mixed["fp32_units"]
+        result["fp32_units"] = result["mixed"]["fp32_units"]
+    _append_choice_table(files, result, dev_set, work)
+    result["files"] = files
     return choice["path"], result
+
+
+def _append_choice_table(files: dict, search: dict, dev_set, work: str) -> None:
+    """The candidates and mixed steps, judged against FP32, at the end of ``sensitivity.md``
+    (``search.md`` when no sensitivity was measured): where a user sees why one was chosen."""
+    from compressor.core.io import write_text
+    from compressor.quantize import sensitivity as sens
+
+    text = sens.choice_table(search, dev_set.task.main_metric)
+    if "table" in files:
+        with open(files["table"], "a", encoding="utf-8") as handle:
+            handle.write(text)
+        return
+    files["table"] = os.path.join(work, "search.md")
+    write_text(files["table"], "# The INT8 search\n" + text)
 
 
 def _qat(model, trained_dir, config, preset, task_spec, train_set, dev_set, recipe_teacher=None):

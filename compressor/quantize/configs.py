@@ -28,6 +28,22 @@ CALIBRATIONS = ("minmax", "entropy", "percentile")
 GRANULARITIES = ("matrix", "layer")
 SEARCH_SPLITS = ("dev", "train", "holdout")
 SENSITIVITIES = ("measured", "hessian")
+AUTO_CANDIDATES = ("static", "dynamic", "dynamic_per_tensor", "mixed", "fp32")
+
+
+def agreement_share(value, name, config=None) -> Optional[str]:
+    """A share of rows (or a correlation) in [0, 1]; 1 allows no flip at all."""
+    if value is not None and not 0 <= value <= 1:
+        return f"{name} must be in [0, 1], got {value}"
+    return None
+
+
+def candidate_list(value, name, config=None) -> Optional[str]:
+    if value is not None and not value:
+        return f"{name} must name at least one of {', '.join(AUTO_CANDIDATES)}"
+    if value is not None and len(set(value)) != len(value):
+        return f"{name} names a candidate twice: {', '.join(value)}"
+    return None
 HESSIAN_SCORES = ("eigenvalue", "trace", "weighted_trace")
 
 
@@ -120,6 +136,12 @@ class SearchSettings:
     fine-tuned without (``holdout``: ``compressor finetune --holdout N``; all of them)."""
 
     max_drop: float = setting(0.5, check=not_negative)   # tolerated score drop (points) on the search rows
+    # and the drop's noise: a candidate meets max_drop only when the confidence quantile of its drop over
+    # paired bootstrap resamples of the search rows does (0: the measured drop alone)
+    confidence: float = setting(0.95, check=share)
+    # the share of search rows whose label must equal the FP32 graph's (regression: the Pearson correlation
+    # of the outputs with FP32's): an accuracy on a few hundred rows cannot see flips that cancel
+    min_agreement: float = setting(0.99, check=agreement_share)
     granularity: str = setting("layer", choices=GRANULARITIES)   # sensitivity per matrix or per layer
     search_on: str = setting("dev", choices=SEARCH_SPLITS)
     search_rows: int = setting(2000, check=positive)     # training rows drawn when search_on is train
@@ -194,9 +216,13 @@ class OrtMixedConfig(HardwareSettings, SearchSettings, OrtQuantizeConfig):
 @variant
 @dataclass
 class OrtAutoConfig(HardwareSettings, SearchSettings, CalibrationSettings, OrtQuantizeConfig):
-    """The fastest of static, dynamic and mixed INT8 (and FP32) within ``max_drop``."""
+    """The fastest of static, dynamic and mixed INT8 (and FP32) within ``max_drop`` and ``min_agreement``."""
 
     method: str = tag("auto")
+    # what it tries: static, dynamic (per-channel weights as the preset says), dynamic_per_tensor (one
+    # scale per weight matrix), mixed (the sensitive units FP32), fp32 (the graph as exported)
+    candidates: List[str] = setting(default_factory=lambda: ["static", "dynamic", "mixed", "fp32"],
+                                    choices=AUTO_CANDIDATES, check=candidate_list, what="candidate")
     uses_train: ClassVar[bool] = True
     needs_dev: ClassVar[bool] = True
 

@@ -32,8 +32,10 @@ def _run(ctx, config: QuantizeConfig) -> dict:
     search = out.get("search")
     if search:  # the full per-unit table is in the folder (sensitivity.md); keep the record short
         out["search"] = {k: v for k, v in search.items() if k != "sensitivity"}
-        out["search"]["sensitivity"] = [{"unit": u["unit"], "drop": round(u["drop"], 3)}
-                                        for u in search["sensitivity"]["units"]]
+        if "sensitivity" in search:
+            out["search"]["sensitivity"] = [{"unit": u["unit"], "drop": round(u["drop"], 3),
+                                             **({"agreement": u["agreement"]} if "agreement" in u else {})}
+                                            for u in search["sensitivity"]["units"]]
     return out
 
 
