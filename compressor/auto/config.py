@@ -1,0 +1,131 @@
+"""The settings of ``compressor auto``: the budget, the target, the search space and the study.
+
+The search space is the product of the lists below (each trial picks one value of each):
+how many of the teacher's layers stay (``min_layers`` up to all, chosen by a ``layer_rules``
+rule), the share of heads and FFN neurons removed in every layer (``heads``, ``ffn``), whether
+the vocabulary is cut to the task's word pieces (``vocab``), the share of tokens each layer passes
+on (``tokens``) and the precision of the exported graph (``precisions``: fp32, dynamic or static
+INT8). Nothing is trained: a candidate is scored on the held-out rows as it comes out of the
+methods (the cheap proxy), and one whose score already fell more than ``max_drop + prune_margin``
+after the PyTorch steps is pruned before it is exported.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import List, Optional
+
+from compressor.core.errors import CompressorError
+from compressor.core.settings import at_least_one, check_fields, not_negative, positive, setting
+
+TARGETS = ("cpu", "gpu")
+SAMPLERS = ("nsga2", "tpe")
+LAYER_RULES = ("top", "importance")
+PRECISIONS = ("fp32", "dynamic", "static")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def budget_seconds(value: str) -> Optional[float]:
+    """``"90s"``, ``"30m"``, ``"4h"``, ``"1.5h"`` -> seconds; ``""`` -> None (no time limit)."""
+    if not value:
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", str(value))
+    if not match:
+        raise CompressorError(f"budget {value!r}: give a number and a unit, such as 90s, 30m or 4h")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _budget(value, name, config=None) -> Optional[str]:
+    try:
+        budget_seconds(value)
+    except CompressorError as exc:
+        return str(exc)
+    return None
+
+
+def _shares(value, name, config=None) -> Optional[str]:
+    if not isinstance(value, (list, tuple)) or not value:
+        return f"{name} must be a non-empty list of shares in [0, 1), got {value!r}"
+    if not all(isinstance(v, (int, float)) and 0 <= v < 1 for v in value):
+        return f"{name} must be shares in [0, 1), got {value!r}"
+    return None
+
+
+def _keeps(value, name, config=None) -> Optional[str]:
+    if not isinstance(value, (list, tuple)) or not value:
+        return f"{name} must be a non-empty list of kept shares in (0, 1], got {value!r}"
+    if not all(isinstance(v, (int, float)) and 0 < v <= 1 for v in value):
+        return f"{name} must be kept shares in (0, 1], got {value!r}"
+    return None
+
+
+def _among(known):
+    def check(value, name, config=None) -> Optional[str]:
+        if not isinstance(value, (list, tuple)) or not value:
+            return f"{name} must be a non-empty list of {', '.join(map(str, known))}"
+        wrong = [v for v in value if v not in known]
+        if wrong:
+            return f"unknown {name} {wrong[0]!r}; use {', '.join(map(str, known))}"
+        return None
+    return check
+
+
+def _storage(value, name, config=None) -> Optional[str]:
+    if not value or value.startswith("journal:") or "://" in value:
+        return None
+    return (f"{name} {value!r}: give a database URL (sqlite:///study.db, postgresql://...) or "
+            "journal:PATH (a journal file that processes on one host share)")
+
+
+@dataclass
+class AutoConfig:
+    """Search the toolkit's methods for the fastest model within ``max_drop`` of the teacher."""
+
+    max_drop: float = setting(1.0, check=not_negative)     # most score points lost on the held-out rows
+    target: str = setting("cpu", choices=TARGETS)          # where latency is measured
+    threads: int = setting(1, check=at_least_one)          # onnxruntime threads the latency is measured at
+    trials: int = setting(20, check=at_least_one)          # trials of the whole study (all workers together)
+    budget: str = setting("", check=_budget)               # wall time of a run, such as 30m or 4h; "": none
+    workers: int = setting(1, check=at_least_one)          # local processes working on the one study
+    storage: str = setting("", check=_storage)             # "": sqlite:///OUT/study.db; a URL or journal:PATH
+    study: str = "auto"                                    # the study's name in the storage
+    sampler: str = setting("nsga2", choices=SAMPLERS)      # optuna's NSGA-II or multi-objective TPE
+    seed: int = 42
+    min_layers: int = setting(1, check=at_least_one)       # fewest encoder layers a candidate keeps
+    layer_rules: List[str] = setting(default_factory=lambda: ["top", "importance"],
+                                     check=_among(LAYER_RULES))    # which layers go (prune layers' rules)
+    heads: List[float] = setting(default_factory=lambda: [0.0, 0.25, 0.5], check=_shares)  # heads removed per layer
+    ffn: List[float] = setting(default_factory=lambda: [0.0, 0.25, 0.5], check=_shares)    # FFN neurons removed per layer
+    vocab: List[bool] = setting(default_factory=lambda: [False, True],
+                                check=_among((False, True)))   # cut the vocabulary to the task's pieces
+    tokens: List[float] = setting(default_factory=lambda: [1.0, 0.8], check=_keeps)  # share of tokens each layer passes on
+    precisions: List[str] = setting(default_factory=lambda: ["fp32", "dynamic", "static"],
+                                    check=_among(PRECISIONS))  # the exported graph's precision
+    importance_rows: int = setting(128, check=positive)    # training rows the pruning importance is measured on
+    score_rows: int = setting(0, check=not_negative)       # held-out rows a trial is scored on; 0: all
+    prune_margin: float = setting(10.0, check=not_negative)  # pruned before export below teacher - max_drop - this
+    seq_len: int = setting(0, check=not_negative)          # tokens the latency is taken at; 0: the held-out rows' mean
+    sentences: int = setting(30, check=at_least_one)       # timed runs per latency measurement
+    check_models: int = setting(3, check=not_negative)     # whole models measured to check the table
+    latency_table: str = ""                                # the table's JSON; "": one per CPU in ~/.cache/compressor
+    max_length: int = setting(128, check=positive)         # the candidates' sequence length (the teacher's if it says)
+    device: str = "cpu"                                    # where importance is measured
+
+    def check(self) -> None:
+        check_fields(self)
+        if self.target == "gpu":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise CompressorError("auto: target gpu needs a CUDA device; none is visible here "
+                                      "(use --target cpu)")
+
+    def space(self) -> dict:
+        """What a trial chooses from (recorded with the study: a resumed search must match it)."""
+        return {"min_layers": self.min_layers, "layer_rules": list(self.layer_rules),
+                "heads": list(self.heads), "ffn": list(self.ffn), "vocab": list(self.vocab),
+                "tokens": list(self.tokens), "precisions": list(self.precisions),
+                "target": self.target, "threads": self.threads, "max_drop": self.max_drop,
+                "score_rows": self.score_rows, "importance_rows": self.importance_rows,
+                "seq_len": self.seq_len, "max_length": self.max_length}
+

@@ -1,0 +1,233 @@
+"""A latency table measured on the target: what one encoder layer costs at a given shape.
+
+A candidate's latency is predicted, not measured: the sum over its layers of what a layer of
+that shape (heads, FFN width) costs at that precision and sequence length (a token-pruned
+layer sees fewer tokens), plus the model's overhead (embeddings, pooler, classifier, the
+runtime's own cost) at that precision. Each entry is measured once on this machine by the
+benchmark harness, every model in a process of its own (``compressor.bench.harness``): random
+models of the teacher's family with one layer of the shape (and, per precision and length,
+one and two layers of the teacher's own shape, whose difference is a layer and whose rest is
+the overhead), exported and quantised through the toolkit's own calls, timed at batch 1 on
+sentences of exactly that many tokens. The table is a JSON file per CPU fingerprint (the
+processor, its flags, the core count, onnxruntime's version, the threads), shared by every
+search on this machine and by processes working at once (a file lock); the whole-model checks
+that measure a few candidates beside their prediction are kept in it with their error.
+"""
+from __future__ import annotations
+
+import copy
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from typing import Dict, Iterable, List, Sequence, Tuple
+
+from compressor.core.errors import CompressorError
+from compressor.core.io import read_json, write_json
+
+SEQ_STEP = 8   # lengths are measured at multiples of this many tokens
+
+
+def seq_bucket(tokens: float) -> int:
+    """The length a layer seeing ``tokens`` tokens is looked up at."""
+    return max(SEQ_STEP, int(round(tokens / SEQ_STEP)) * SEQ_STEP)
+
+
+def machine_key(target: str = "cpu", threads: int = 1) -> Tuple[str, dict]:
+    """``(key, what it hashes)``: the CPU fingerprint a table belongs to."""
+    from compressor.bench.harness import fingerprint
+
+    info = fingerprint("cpu")
+    what = {"processor": info.get("processor"), "machine": info.get("machine"), "cores": info.get("cores"),
+            "cpu_flags": info.get("cpu_flags"), "cpu_preset": info.get("cpu_preset"),
+            "onnxruntime": info.get("versions", {}).get("onnxruntime"), "target": target, "threads": threads}
+    key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
+    return key, what
+
+
+def default_path(target: str = "cpu", threads: int = 1) -> str:
+    """``$COMPRESSOR_CACHE`` (or ``~/.cache/compressor``)``/latency/<fingerprint>.json``."""
+    root = os.environ.get("COMPRESSOR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "compressor")
+    return os.path.join(root, "latency", f"{machine_key(target, threads)[0]}.json")
+
+
+def timing_texts(seq: int, count: int) -> List[str]:
+    """``count`` sentences of ``seq`` tokens with the specials ([CLS] ... [SEP]): a word each."""
+    return [" ".join(["the"] * max(1, seq - 2))] * count
+
+
+class LatencyTable:
+    """Layer and overhead latencies (p50, ms) of one model family on this machine.
+
+    ``teacher`` is the task checkpoint whose family (architecture, width, head size, labels,
+    tokenizer) is measured; ``rows`` a few labelled examples (static INT8 calibrates on them).
+    """
+
+    def __init__(self, path: str, teacher: str, task, rows, threads: int = 1, target: str = "cpu",
+                 sentences: int = 30, log=None):
+        from compressor.core.arch import arch_of
+        from compressor.core.models import load_config, read_meta
+
+        self.path, self.teacher, self.task, self.rows = path, teacher, task, rows
+        self.threads, self.target, self.sentences = threads, target, sentences
+        self.log = log or (lambda msg: None)
+        self.config = load_config(teacher)
+        spec = arch_of(self.config)
+        self.full = (spec.num_heads(self.config), spec.ffn_size(self.config))
+        self.max_length = read_meta(teacher).get("max_length", 128)
+        self.family = (f"{self.config.model_type}|d{spec.hidden_size(self.config)}|"
+                       f"a{self.full[0]}|n{getattr(self.config, 'num_labels', 2)}|L{self.max_length}")
+        self.key, self.machine = machine_key(target, threads)
+        self.data = self._read()
+
+    # -- the file --------------------------------------------------------------
+    def _read(self) -> dict:
+        if os.path.exists(self.path):
+            data = read_json(self.path)
+            if data.get("machine_key") != self.key:
+                raise CompressorError(f"{self.path} is a latency table of another machine "
+                                      f"({data.get('machine_key')}, this one is {self.key}); give another path")
+            return data
+        return {"machine_key": self.key, "machine": self.machine, "layers": {}, "overhead": {},
+                "measured": {}, "checks": []}
+
+    @contextmanager
+    def _locked(self):
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        with open(self.path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                self.data = self._read()
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _layer_key(self, precision: str, seq: int, heads: int, ffn: int) -> str:
+        return f"{self.family}|{precision}|s{seq}|h{heads}|f{ffn}"
+
+    def _overhead_key(self, precision: str, seq: int) -> str:
+        return f"{self.family}|{precision}|s{seq}"
+
+    # -- predicting ----------------------------------------------------------------
+    def predict(self, layers: Sequence[Tuple[int, int]], precision: str, seqs: Sequence[int]) -> float:
+        """p50 ms of a model whose layer ``i`` keeps ``layers[i] = (heads, ffn)`` and sees
+        ``seqs[i]`` tokens, at ``precision`` (fp32, dynamic, static); measures what is missing."""
+        seqs = [seq_bucket(s) for s in seqs]
+        needs = {(precision, s, h, f) for (h, f), s in zip(layers, seqs)} | {(precision, seqs[0]) + self.full}
+        self.ensure(needs)
+        total = self.data["overhead"][self._overhead_key(precision, seqs[0])]
+        for (h, f), s in zip(layers, seqs):
+            total += self.data["layers"][self._layer_key(precision, s, h, f)]
+        return round(total, 4)
+
+    def ensure(self, needs: Iterable[Tuple[str, int, int, int]]) -> None:
+        """Measure every ``(precision, seq, heads, ffn)`` layer (and its overhead) not in the table."""
+        def missing():
+            return sorted(n for n in set(needs) if self._layer_key(*n) not in self.data["layers"]
+                          or self._overhead_key(n[0], n[1]) not in self.data["overhead"])
+
+        if not missing():
+            return
+        with self._locked():    # another process may have measured them meanwhile
+            todo = missing()
+            for seq in sorted({n[1] for n in todo}):
+                self._measure(seq, [n for n in todo if n[1] == seq])
+            write_json(self.path, self.data)
+
+    def _measure(self, seq: int, needs: List[Tuple[str, int, int, int]]) -> None:
+        precisions = sorted({n[0] for n in needs})
+        shapes = sorted({(n[2], n[3]) for n in needs} | {self.full})
+        self.log(f"latency table: measuring {len(shapes)} layer shape(s) at {seq} tokens, "
+                 f"{'/'.join(precisions)}, {self.threads} thread(s)")
+        with tempfile.TemporaryDirectory(prefix=".auto-latency-") as work:
+            models = {}
+            for heads, ffn in shapes:
+                counts = (1, 2) if (heads, ffn) == self.full else (1,)
+                for count in counts:
+                    fp32 = self._block_export(work, heads, ffn, count)
+                    for precision in precisions:
+                        models[(precision, heads, ffn, count)] = self._as_precision(work, fp32, precision)
+            times = self._time(models, seq)
+        for precision in precisions:
+            one, two = times[(precision,) + self.full + (1,)], times[(precision,) + self.full + (2,)]
+            layer = max(two - one, 1e-4)
+            overhead = max(one - layer, 0.0)
+            self.data["overhead"][self._overhead_key(precision, seq)] = round(overhead, 4)
+            for heads, ffn in shapes:
+                t = times[(precision, heads, ffn, 1)]
+                value = layer if (heads, ffn) == self.full else max(t - overhead, 1e-4)
+                self.data["layers"][self._layer_key(precision, seq, heads, ffn)] = round(value, 4)
+        for k, t in times.items():
+            self.data["measured"][f"{self.family}|{k[0]}|s{seq}|h{k[1]}|f{k[2]}|layers{k[3]}"] = round(t, 4)
+
+    def _block_export(self, work: str, heads: int, ffn: int, count: int) -> str:
+        """A random model of the teacher's family with ``count`` layers of ``(heads, ffn)``, exported."""
+        from compressor.core.arch import arch_of
+        from compressor.core.models import checkpoint_meta, load_tokenizer, save_checkpoint
+        from compressor.core.shapes import build_model
+        from compressor.export.onnx import export_onnx
+
+        config = copy.deepcopy(self.config)
+        setattr(config, arch_of(config).num_layers_key, count)
+        model = build_model(config, {"layers": count, "heads": [heads] * count, "ffn": [ffn] * count}).eval()
+        name = f"h{heads}-f{ffn}-l{count}"
+        checkpoint = os.path.join(work, name)
+        save_checkpoint(model, load_tokenizer(self.teacher), checkpoint,
+                        checkpoint_meta(self.task, self.max_length, "auto:latency"))
+        out = os.path.join(work, name + "-onnx")
+        export_onnx(checkpoint, out, parity=False)
+        return out
+
+    def _as_precision(self, work: str, fp32: str, precision: str) -> str:
+        if precision == "fp32":
+            return fp32
+        from compressor.quantize.api import quantize
+        from compressor.quantize.configs import quantize_config
+
+        out = f"{fp32}-{precision}"
+        settings = {"calibration_samples": len(self.rows)} if precision == "static" else {}
+        quantize(fp32, out, quantize_config(method=precision, **settings), dev_set=self.rows,
+                 train_set=self.rows)
+        return out
+
+    def _time(self, models: Dict[tuple, str], seq: int) -> Dict[tuple, float]:
+        return time_folders(models, seq, self.threads, self.sentences)
+
+    # -- checking ----------------------------------------------------------------
+    def check(self, name: str, folder: str, predicted_ms: float, seq: int) -> dict:
+        """Measure the whole model in ``folder`` at ``seq`` tokens beside its prediction; keep it."""
+        measured = time_folders({name: folder}, seq_bucket(seq), self.threads, self.sentences)[name]
+        record = {"model": name, "seq": seq_bucket(seq), "predicted_ms": round(predicted_ms, 4),
+                  "measured_ms": round(measured, 4),
+                  "error": round(abs(predicted_ms - measured) / measured, 4) if measured > 0 else None}
+        with self._locked():
+            self.data["checks"].append({**record, "family": self.family})
+            write_json(self.path, self.data)
+        return record
+
+
+def time_folders(models: Dict[object, str], seq: int, threads: int, sentences: int) -> Dict[object, float]:
+    """p50 ms at batch 1 of each ONNX folder on sentences of ``seq`` tokens, each in a process of
+    its own, timed in rounds by the benchmark harness."""
+    from compressor.bench.harness import BenchConfig, Spec, isolated_latency, percentiles
+
+    names = {f"m{i}": key for i, key in enumerate(models)}
+    specs = [Spec(name=n, path=models[key], engine="onnxruntime") for n, key in names.items()]
+    times = isolated_latency(specs, timing_texts(seq, sentences), threads,
+                             BenchConfig(warmup=5, block=10, pause_s=0.02, memory=False, score=False))
+    return {names[n]: percentiles(t)["p50"] for n, t in times.items()}
+
+
+def layer_seqs(seq: int, layers: int, keep: float) -> List[int]:
+    """Tokens each layer sees when every layer but the last passes on ``keep`` of its tokens."""
+    return [seq_bucket(seq * keep ** i) for i in range(layers)]
+
+
+def default_table(config, teacher: str, task, rows, log=None) -> "LatencyTable":
+    path = config.latency_table or default_path(config.target, config.threads)
+    return LatencyTable(path, teacher, task, rows, threads=config.threads, target=config.target,
+                        sentences=config.sentences, log=log)
+
+
