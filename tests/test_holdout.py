@@ -73,8 +73,8 @@ stages:
     assert texts(held) == texts(expected) and len(train) == 40
     assert not set(texts(held)) & set(texts(train))
     seen = []
-    real = sens.dev_score
-    monkeypatch.setattr(sens, "dev_score", lambda folder, rows, *a, **k: seen.append(rows.split) or real(folder, rows, *a, **k))
+    real = sens.graph_outputs
+    monkeypatch.setattr(sens, "graph_outputs", lambda folder, rows, *a, **k: seen.append(rows.split) or real(folder, rows, *a, **k))
     manifest = run_recipe(str(recipe), str(tmp_path / "run"), data_dir=glue_dir, log=lambda m: None)
     record = json.load(open(tmp_path / "run" / manifest["stages"][-1]["dir"] / "record.json"))
     assert record["search"]["search_on"] == "holdout" and record["search"]["search_rows"] == 16
