@@ -138,26 +138,29 @@ class LatencyTable:
 
     def _measure(self, seq: int, needs: List[Tuple[str, int, int, int]]) -> None:
         precisions = sorted({n[0] for n in needs})
-        shapes = sorted({(n[2], n[3]) for n in needs} | {self.full})
+        # the teacher's shape at one and two layers gives the overhead, once per precision and length
+        fresh = any(self._overhead_key(p, seq) not in self.data["overhead"] for p in precisions)
+        shapes = sorted({(n[2], n[3]) for n in needs} | ({self.full} if fresh else set()))
         self.log(f"latency table: measuring {len(shapes)} layer shape(s) at {seq} tokens, "
                  f"{'/'.join(precisions)}, {self.threads} thread(s)")
         with tempfile.TemporaryDirectory(prefix=".auto-latency-") as work:
             models = {}
             for heads, ffn in shapes:
-                counts = (1, 2) if (heads, ffn) == self.full else (1,)
+                counts = (1, 2) if fresh and (heads, ffn) == self.full else (1,)
                 for count in counts:
                     fp32 = self._block_export(work, heads, ffn, count)
                     for precision in precisions:
                         models[(precision, heads, ffn, count)] = self._as_precision(work, fp32, precision)
             times = self._time(models, seq)
         for precision in precisions:
-            one, two = times[(precision,) + self.full + (1,)], times[(precision,) + self.full + (2,)]
-            layer = max(two - one, 1e-4)
-            overhead = max(one - layer, 0.0)
-            self.data["overhead"][self._overhead_key(precision, seq)] = round(overhead, 4)
+            if fresh:
+                one, two = times[(precision,) + self.full + (1,)], times[(precision,) + self.full + (2,)]
+                layer = max(two - one, 1e-4)
+                self.data["overhead"][self._overhead_key(precision, seq)] = round(max(one - layer, 0.0), 4)
+            overhead = self.data["overhead"][self._overhead_key(precision, seq)]
             for heads, ffn in shapes:
                 t = times[(precision, heads, ffn, 1)]
-                value = layer if (heads, ffn) == self.full else max(t - overhead, 1e-4)
+                value = layer if fresh and (heads, ffn) == self.full else max(t - overhead, 1e-4)
                 self.data["layers"][self._layer_key(precision, seq, heads, ffn)] = round(value, 4)
         for k, t in times.items():
             self.data["measured"][f"{self.family}|{k[0]}|s{seq}|h{k[1]}|f{k[2]}|layers{k[3]}"] = round(t, 4)

@@ -1,0 +1,87 @@
+"""``compressor auto``: a thin layer over ``compressor.auto.run_auto``; ``compressor.cli`` calls ``register``."""
+import click
+
+
+def _floats(text: str) -> list:
+    return [float(v) for v in text.split(",") if v.strip()]
+
+
+def _bools(text: str) -> list:
+    return [v.strip().lower() in ("1", "true", "yes", "on") for v in text.split(",") if v.strip()]
+
+
+def _words(text: str) -> list:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+# option -> (setting, parser) for the search space, given as comma lists
+SPACE = {"heads": _floats, "ffn": _floats, "tokens": _floats, "vocab": _bools, "precisions": _words,
+         "layer_rules": _words}
+
+
+def register(cli):
+    """Add ``auto`` to the ``compressor`` command group."""
+    from compressor.cli import example
+
+    @cli.command("auto", epilog=example(
+        "compressor auto runs/teacher --task sst2 --max-drop 1.0 --target cpu --threads 1 --budget 4h --out runs/auto",
+        "compressor auto runs/teacher --trials 40 --workers 2 --storage journal:runs/auto/study.log --out runs/auto"))
+    @click.argument("model", type=click.Path())
+    @click.option("--out", required=True, type=click.Path(file_okay=False),
+                  help="The search's folder (study, trials, report, pick); run again to resume.")
+    @click.option("--task", default=None, help="The task; default: the one the teacher records.")
+    @click.option("--data-dir", default=None, help="GLUE folder (default GLUE_DIR).")
+    @click.option("--train-limit", type=int, default=None,
+                  help="Use only the first N training rows (importance, calibration).")
+    @click.option("--dev-limit", type=int, default=None, help="Verify the pick on the first N dev rows only.")
+    @click.option("--max-drop", type=float, default=1.0, show_default=True,
+                  help="Most score points the pick may lose against the teacher on the held-out rows.")
+    @click.option("--target", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
+                  help="Where the latency table is measured.")
+    @click.option("--threads", type=int, default=1, show_default=True,
+                  help="onnxruntime threads the latency is measured at.")
+    @click.option("--budget", default="", help="Wall time of this run (90s, 30m, 4h); default: until --trials.")
+    @click.option("--trials", type=int, default=20, show_default=True,
+                  help="Trials of the whole study, all workers and runs together.")
+    @click.option("--workers", type=int, default=1, show_default=True,
+                  help="Local processes working on the one study.")
+    @click.option("--storage", default="",
+                  help="Where the study lives: sqlite:///OUT/study.db by default; a database URL or "
+                       "journal:PATH that workers elsewhere join.")
+    @click.option("--study", default="auto", show_default=True, help="The study's name in the storage.")
+    @click.option("--sampler", type=click.Choice(["nsga2", "tpe"]), default="nsga2", show_default=True,
+                  help="optuna's multi-objective sampler.")
+    @click.option("--min-layers", type=int, default=1, show_default=True, help="Fewest layers a candidate keeps.")
+    @click.option("--heads", default="0,0.25,0.5", show_default=True, help="Shares of heads removed per layer.")
+    @click.option("--ffn", default="0,0.25,0.5", show_default=True, help="Shares of FFN neurons removed per layer.")
+    @click.option("--tokens", default="1,0.8", show_default=True,
+                  help="Shares of tokens each layer passes on (token pruning by ratio).")
+    @click.option("--vocab", default="false,true", show_default=True,
+                  help="Whether the vocabulary is cut to the task's word pieces.")
+    @click.option("--precisions", default="fp32,dynamic,static", show_default=True,
+                  help="Precisions of the exported graph.")
+    @click.option("--layer-rules", default="top,importance", show_default=True,
+                  help="How the layers that go are chosen.")
+    @click.option("--importance-rows", type=int, default=128, show_default=True,
+                  help="Training rows pruning importance is measured on.")
+    @click.option("--latency-table", default="",
+                  help="The latency table's JSON file; default: one per CPU in ~/.cache/compressor/latency.")
+    @click.option("--seed", type=int, default=42, show_default=True, help="The sampler's seed.")
+    def auto(model, out, task, data_dir, train_limit, dev_limit, **settings):
+        """Search across the toolkit's methods (layers, heads, FFN, vocabulary, tokens, INT8) for the
+        fastest model within --max-drop of the teacher MODEL on its held-out rows (fine-tune it with
+        --holdout N): the Pareto front, the pick as an ONNX folder (OUT/pick), the report."""
+        from compressor.auto.study import run_auto
+
+        for name, parse in SPACE.items():
+            settings[name] = parse(settings[name])
+        report = run_auto(model, out, task=task, data_dir=data_dir, train_limit=train_limit, dev_limit=dev_limit,
+                          log=lambda msg: click.echo(msg, err=True), **settings)
+        pick = report.get("pick")
+        if pick:
+            click.echo(f"pick: trial {pick['trial']}, held-out {pick['score']:.2f}, dev {pick['dev_score']:.2f} "
+                       f"(teacher {pick['teacher_dev_score']:.2f}), {pick['latency_ms']:.3f} ms predicted, "
+                       f"{pick['size_bytes'] / 1e6:.2f} MB -> {pick['folder']}")
+        else:
+            click.echo("no candidate within the budget; see the report")
+        click.echo(f"report: {out}/report.md")
