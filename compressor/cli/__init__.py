@@ -468,7 +468,7 @@ _COMMAND_MODULES = ("compressor.cli.distill", "compressor.cli.prune", "compresso
                     "compressor.cli.theseus", "compressor.cli.quantize",
                     "compressor.cli.export", "compressor.cli.bench", "compressor.cli.exit",
                     "compressor.cli.augment", "compressor.cli.lowrank", "compressor.cli.serve",
-                    "compressor.cli.tokens")
+                    "compressor.cli.tokens", "compressor.cli.auto")
 
 
 def _add_commands():
