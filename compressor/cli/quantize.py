@@ -30,6 +30,11 @@ _HELP = {
                  "--search-rows training rows drawn with --seed (dev scored once, at the end), or on "
                  "holdout: the training rows the model was fine-tuned without (finetune --holdout N).",
     "search_rows": "mixed/auto with --search-on train: how many training rows.",
+    "min_agreement": "mixed/auto: share of search rows whose label must equal the FP32 graph's (regression: "
+                     "Pearson r of the outputs with FP32's).",
+    "confidence": "mixed/auto: --max-drop must hold for this quantile of the drop over bootstrap resamples "
+                  "of the search rows (0: the measured drop alone).",
+    "candidates": "auto: what it tries (repeatable): static, dynamic, dynamic_per_tensor, mixed, fp32.",
     "granularity": "mixed/auto: sensitivity per matrix or per layer.",
     "sensitivity": "mixed/auto: order units by their measured drop (each quantised alone and scored) or by "
                    "hessian: Q-BERT's Hessian of the task loss on the same rows (needs the PyTorch checkpoint).",
