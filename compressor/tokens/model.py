@@ -151,7 +151,8 @@ class TokenPrunedModel(nn.Module):
         length = real.sum(1)
         self._run = SimpleNamespace(
             mode=mode, real=real, alive=real, weight=real.to(torch.float32), special=special,
-            segment=segment, positions=None, take=None, base_mask=None, bias=None, kept=[length],
+            segment=segment, positions=None, take=None, base_mask=None, bias=None, mask=None,
+            kept=[length],
             shares=[], layer_positions=[])
         if mode == "gather":
             everything = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
@@ -206,8 +207,10 @@ class TokenPrunedModel(nn.Module):
             count = alive.sum(1, keepdim=True)
             budget = torch.ceil(count.float() * self.keep[index]).long().clamp(min=1)
             ranked = torch.where(alive, score + 2.0 * forced.to(score.dtype), torch.full_like(score, -1.0))
-            order = torch.sort(ranked, dim=1, descending=True).values
-            cut = order.gather(1, (budget - 1).clamp(max=order.shape[1] - 1))
+            budget = budget.clamp(max=ranked.shape[1])
+            # the budget-th largest: TopK with the row keeping most's budget as k
+            top = torch.topk(ranked, budget.max(), dim=1, largest=True, sorted=True).values
+            cut = top.gather(1, budget - 1)
             keep = ranked >= cut
         return alive & (keep | forced)
 
@@ -238,14 +241,13 @@ class TokenPrunedModel(nn.Module):
             run.weight = keep.to(torch.float32)
             run.kept.append(keep.sum(1))
             return
-        # gather: the kept tokens first, in their order, then the rest; as many as the row keeping most
+        # gather: the kept tokens in their order (the smallest `width` of `order`), as many as the
+        # row keeping most; one TopK with a computed k (a dropped token's order is past every kept one)
         count = keep.sum(1)
         width = count.max()
         places = torch.arange(keep.shape[1], device=keep.device).unsqueeze(0)
         order = torch.where(keep, places, places + keep.shape[1])
-        ranked = torch.sort(order, dim=1).indices
-        columns = torch.nonzero(places[0] < width).squeeze(1)
-        take = ranked.index_select(1, columns)                  # [rows, width]
+        take = torch.topk(order, width, dim=1, largest=False, sorted=True).indices   # [rows, width]
         run.take = take
         run.alive = keep.gather(1, take)
         run.weight = run.alive.to(torch.float32)
@@ -254,6 +256,29 @@ class TokenPrunedModel(nn.Module):
         run.positions = take if run.positions is None else run.positions.gather(1, take)
         run.kept.append(count)
         run.layer_positions.append(run.positions)
+        # what every later layer is given until the next drop, gathered once here: the mask and
+        # the position bias of the tokens kept (gathered from the previous layer's, so a kept
+        # token keeps its original position's values)
+        run.mask, run.bias = self._gathered_mask_and_bias(run, take)
+
+    @staticmethod
+    def _gathered_mask_and_bias(run, take: torch.Tensor):
+        base = run.mask if run.mask is not None else run.base_mask
+        low = torch.finfo(base.dtype).min
+        if base.shape[-2] != 1:     # a [rows, 1, queries, keys] mask: its rows too
+            base = base.gather(2, take[:, None, :, None].expand(-1, base.shape[1], -1, base.shape[-1]))
+        if base.shape[1] == 1 and base.shape[2] == 1:   # [rows, 1, 1, keys]: no expand needed
+            part = base.gather(3, take[:, None, None, :])
+        else:
+            part = base.gather(3, take[:, None, None, :].expand(-1, base.shape[1], base.shape[2], -1))
+        mask = torch.where(run.alive[:, None, None, :], part, torch.full_like(part, low))
+        bias = run.bias
+        if bias is not None:
+            bias = bias.expand(take.shape[0], -1, -1, -1)
+            heads, full = bias.shape[1], bias.shape[-1]
+            bias = bias.gather(2, take[:, None, :, None].expand(-1, heads, -1, full))
+            bias = bias.gather(3, take[:, None, None, :].expand(-1, heads, take.shape[1], -1))
+        return mask, bias
 
     def before_layer(self, index: int, args: tuple, kwargs: dict, names: List[str]):
         """The next layer's hidden states, mask and position bias for the tokens kept (the
@@ -292,17 +317,9 @@ class TokenPrunedModel(nn.Module):
             hidden = hidden.gather(1, run.take.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
             run.take = None
             put("hidden_states", hidden)
-        pos = run.positions
-        if base.shape[-2] != 1:     # a [rows, 1, queries, keys] mask: its rows too
-            base = base.gather(2, pos[:, None, :, None].expand(-1, base.shape[1], -1, base.shape[-1]))
-        part = base.gather(3, pos[:, None, None, :].expand(-1, base.shape[1], base.shape[2], -1))
-        put("attention_mask", torch.where(run.alive[:, None, None, :], part, torch.full_like(part, low)))
+        put("attention_mask", run.mask)
         if run.bias is not None:
-            bias = run.bias.expand(pos.shape[0], -1, -1, -1)
-            heads, full = bias.shape[1], bias.shape[-1]
-            bias = bias.gather(2, pos[:, None, :, None].expand(-1, heads, -1, full))
-            bias = bias.gather(3, pos[:, None, None, :].expand(-1, heads, pos.shape[1], -1))
-            put("position_bias", bias)
+            put("position_bias", run.bias)
         return tuple(args), kwargs
 
     # -- saving ----------------------------------------------------------------------
