@@ -57,9 +57,10 @@ def test_settings_refuse_bad_values_in_one_line():
     assert budget_seconds("4h") == 14400 and budget_seconds("90s") == 90 and budget_seconds("") is None
     for bad, words in (({"budget": "4 hours"}, "30m or 4h"), ({"heads": [1.5]}, "shares in [0, 1)"),
                        ({"precisions": ["int4"]}, "unknown precisions 'int4'"),
-                       ({"storage": "study.db"}, "journal:PATH"), ({"target": "tpu"}, "tpu")):
+                       ({"storage": "study.db"}, "journal:PATH"), ({"target": "tpu"}, "tpu"),
+                       ({"target": "gpu"}, "not built yet")):
         with pytest.raises(CompressorError) as err:
-            config_from_dict(AutoConfig, bad, what="auto")
+            config_from_dict(AutoConfig, bad, what="auto").check()
         assert words in str(err.value) and "\n" not in str(err.value)
 
 

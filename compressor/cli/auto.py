@@ -21,7 +21,7 @@ SPACE = {"heads": _floats, "ffn": _floats, "tokens": _floats, "vocab": _bools, "
 
 def register(cli):
     """Add ``auto`` to the ``compressor`` command group."""
-    from compressor.cli import example
+    from compressor.cli import example, threads_option
 
     @cli.command("auto", epilog=example(
         "compressor auto runs/teacher --task sst2 --max-drop 1.0 --target cpu --threads 1 --budget 4h --out runs/auto",
@@ -38,8 +38,7 @@ def register(cli):
                   help="Most score points the pick may lose against the teacher on the held-out rows.")
     @click.option("--target", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
                   help="Where the latency table is measured.")
-    @click.option("--threads", type=int, default=1, show_default=True,
-                  help="onnxruntime threads the latency is measured at.")
+    @threads_option("onnxruntime threads the latency is measured at [default: 1].", several=False)
     @click.option("--budget", default="", help="Wall time of this run (90s, 30m, 4h); default: until --trials.")
     @click.option("--trials", type=int, default=20, show_default=True,
                   help="Trials of the whole study, all workers and runs together.")
@@ -67,12 +66,13 @@ def register(cli):
     @click.option("--latency-table", default="",
                   help="The latency table's JSON file; default: one per CPU in ~/.cache/compressor/latency.")
     @click.option("--seed", type=int, default=42, show_default=True, help="The sampler's seed.")
-    def auto(model, out, task, data_dir, train_limit, dev_limit, **settings):
+    def auto(model, out, task, data_dir, train_limit, dev_limit, threads, **settings):
         """Search across the toolkit's methods (layers, heads, FFN, vocabulary, tokens, INT8) for the
         fastest model within --max-drop of the teacher MODEL on its held-out rows (fine-tune it with
         --holdout N): the Pareto front, the pick as an ONNX folder (OUT/pick), the report."""
         from compressor.auto.study import run_auto
 
+        settings["threads"] = threads[0] if threads else 1
         for name, parse in SPACE.items():
             settings[name] = parse(settings[name])
         report = run_auto(model, out, task=task, data_dir=data_dir, train_limit=train_limit, dev_limit=dev_limit,
