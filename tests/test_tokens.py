@@ -253,3 +253,44 @@ def test_the_command_writes_a_folder_and_refuses_bad_settings(tmp_path, capsys, 
                            "--set", "keep=2", "--data-dir", glue_dir)
     assert_one_line_error(code, err, "keep must be in (0, 1]")
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.integration
+def test_search_chooses_on_the_held_out_rows_the_fewest_tokens_within_the_drop(tmp_path, capsys, tiny_models,
+                                                                                glue_dir):
+    from test_cli import assert_one_line_error, run_cli
+
+    from compressor.cli import main
+    from compressor.tokens.stage import token_prune
+
+    teacher = str(tmp_path / "teacher")
+    main(["finetune", tiny_models["bert"], "--task", "sst2", "--out", teacher, "--data-dir", glue_dir,
+          "--train-limit", "64", "--dev-limit", "8", "--holdout", "24", "--epochs", "1",
+          "--batch-size", "16", "--max-length", "32", "--device", "cpu"])
+    settings = {"by": "ratio", "learn": False, "hard_epochs": 0, "search": "holdout",
+                "candidates": [1.0, 0.5, [0.3]], "train": {"max_length": 32}}
+    # any drop tolerated: the candidate computing on the fewest tokens
+    loose = token_prune(teacher, str(tmp_path / "loose"), {**settings, "max_drop": 100.0},
+                        data_dir=glue_dir, dev_limit=8)
+    search = loose["search"]
+    assert search["rows"] == 24 and [c["candidate"] for c in search["candidates"]] == [1.0, 0.5, [0.3]]
+    shares = [c["mean_share"] for c in search["candidates"]]
+    assert shares[0] == 1.0 and min(shares) < 1.0
+    assert search["chosen"] == search["candidates"][shares.index(min(shares))]["candidate"]
+    assert loose["values"] == search["values"] and loose["kept_tokens"]["mean_share"] < 1.0
+    # no drop tolerated: keep 1 (drop 0) qualifies; a candidate with fewer tokens only if it lost nothing
+    strict = token_prune(teacher, str(tmp_path / "strict"), {**settings, "max_drop": 0.0},
+                         data_dir=glue_dir, dev_limit=8)["search"]
+    chosen = next(c for c in strict["candidates"] if c["candidate"] == strict["chosen"])
+    assert chosen["drop"] <= 0
+    assert all(c["drop"] > 0 for c in strict["candidates"] if c["mean_share"] < chosen["mean_share"])
+    # a model without held-out rows, and search with learnt thresholds, are one line each
+    capsys.readouterr()
+    code, _, err = run_cli(capsys, "token-prune", tiny_models["bert"], "--task", "sst2", "--out",
+                           str(tmp_path / "none"), "--set", "by=ratio", "--set", "learn=false",
+                           "--set", "search=holdout", "--data-dir", glue_dir, "--dev-limit", "8")
+    assert_one_line_error(code, err, "needs a model fine-tuned with --holdout N")
+    code, _, err = run_cli(capsys, "token-prune", teacher, "--out", str(tmp_path / "bad"),
+                           "--set", "search=holdout", "--data-dir", glue_dir)
+    assert_one_line_error(code, err, "set learn: false to search")
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "none").exists()

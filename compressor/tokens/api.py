@@ -135,11 +135,52 @@ def kept_tokens(model: TokenPrunedModel, tokenizer, examples, max_length: int, b
             "mean_share": round(float(share.mean()), 4)}
 
 
+def search_values(pruned: TokenPrunedModel, tokenizer, held_set, config: TokenPruneConfig, task,
+                  device=None) -> dict:
+    """Choose the rule's values on ``held_set`` (rows no model in the chain learned from): every
+    candidate of ``config.search_candidates()`` is scored there; the one whose layers compute on
+    the fewest tokens (the mean share of a row's tokens over the layers) with a score at most
+    ``config.max_drop`` points below the unpruned model's wins (ties: the earlier candidate). None
+    within: the rule drops nothing. ``pruned`` is left with the values chosen; returns the search
+    record (the reference score, each candidate's score, drop and kept shares, the choice)."""
+    from compressor.core.metrics import task_score
+    from compressor.engine.scoring import score
+
+    if held_set is None or not len(held_set):
+        raise CompressorError("token_prune search: holdout needs the rows the teacher was fine-tuned "
+                              "without (compressor finetune --holdout N)")
+    length = config.max_length
+    layers = pruned.total_layers
+    reference = task_score(task, score(pruned.backbone, tokenizer, held_set, length, device=device,
+                                       desc="search: unpruned"))
+    tried, best = [], None
+    for candidate in config.search_candidates():
+        values = config.values_of(candidate, layers)
+        pruned.set_values(values)
+        got = task_score(task, score(pruned, tokenizer, held_set, length, device=device,
+                                     desc=f"search: {candidate}"))
+        kept = kept_tokens(pruned, tokenizer, held_set.examples, length, device=device)
+        entry = {"candidate": candidate, "values": values, "score": round(got, 4),
+                 "drop": round(reference - got, 4), "kept_tokens": kept["layers"],
+                 "mean_share": kept["mean_share"], "within": reference - got <= config.max_drop + 1e-9}
+        tried.append(entry)
+        if entry["within"] and (best is None or entry["mean_share"] < best["mean_share"]):
+            best = entry
+    none = [1.0] * (layers - 1) if config.by == "ratio" else [0.0] * (layers - 1)
+    pruned.set_values(best["values"] if best else none)
+    return {"on": "holdout", "rows": len(held_set), "max_drop": config.max_drop,
+            "unpruned_score": round(reference, 4), "candidates": tried,
+            "chosen": best["candidate"] if best else None, "values": pruned.values(),
+            "note": None if best else f"no candidate within {config.max_drop} points: nothing is dropped"}
+
+
 def token_prune_loaded(model_dir: str, task, train_set, dev_set, config: TokenPruneConfig, out_dir: str,
-                       meta: dict, teacher_dir: Optional[str] = None, desc: str = "token prune") -> dict:
+                       meta: dict, teacher_dir: Optional[str] = None, desc: str = "token prune",
+                       holdout_set=None) -> dict:
     """Wrap the task checkpoint ``model_dir`` (and train it, as ``config`` says) into ``out_dir``;
     return the stage record: scores before and after, the kept tokens per layer on dev, the
-    learnt values and each phase's record."""
+    learnt (or searched: ``holdout_set``, the teacher's held-out rows) values and each phase's
+    record."""
     from compressor.core.device import resolve_device
     from compressor.core.metrics import task_score
     from compressor.core.models import count_parameters, load_for_task, save_checkpoint
@@ -162,6 +203,9 @@ def token_prune_loaded(model_dir: str, task, train_set, dev_set, config: TokenPr
         teacher, _, _ = load_teacher(config.teacher, model, task, teacher_dir, model_dir,
                                      tokenizer=tokenizer)
     pruned = prune_tokens(model, config, tokenizer).to(device)
+    search = None
+    if config.search == "holdout":
+        search = search_values(pruned, tokenizer, holdout_set, config, task, device=device)
     phases = learn(pruned, tokenizer, train_set, dev_set, config, teacher, desc=desc) if trains else {}
     after = score(pruned, tokenizer, dev_set, config.max_length, device=device, desc="score pruned")
     kept = kept_tokens(pruned, tokenizer, dev_set.examples, config.max_length, device=device)
@@ -170,5 +214,5 @@ def token_prune_loaded(model_dir: str, task, train_set, dev_set, config: TokenPr
     return {"metrics": after, "score": task_score(task, after), "split": "dev",
             "score_before": task_score(task, before), "metrics_before": before,
             "parameters": count_parameters(pruned.backbone), "by": config.by, "values": pruned.values(),
-            "kept_tokens": kept, "phases": phases, "size_bytes": size,
+            "kept_tokens": kept, "phases": phases, "search": search, "size_bytes": size,
             "train_time_s": round(time.perf_counter() - start, 2)}

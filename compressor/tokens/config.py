@@ -15,6 +15,13 @@ over heads and (kept) query positions of the attention probability to it (LTP, K
 
 ``[CLS]`` (the first token) and the separators are never dropped, and each segment of a pair
 keeps at least its most important token. ``threshold: 0`` or ``keep: 1`` drops nothing.
+
+``search: holdout`` chooses the rule's values instead of taking them as set: each of
+``candidates`` (a value as ``keep`` or ``threshold`` takes it: a number or one per layer) is
+scored on the training rows the teacher was fine-tuned without (``compressor finetune --holdout
+N``), and the one whose layers compute on the fewest tokens while its score there is at most
+``max_drop`` points below the unpruned model's is kept (none within: nothing is dropped). Dev is
+scored once, on the choice.
 """
 from __future__ import annotations
 
@@ -26,6 +33,9 @@ from compressor.core.settings import check_fields, not_negative, positive, secti
 from compressor.engine.train_config import TrainConfig, teacher_setting, train_setting
 
 BY = ("threshold", "ratio")
+SEARCH = ("none", "holdout")
+# the candidates a search tries when none are given: keep shares (by ratio), last-layer thresholds (by threshold)
+DEFAULT_CANDIDATES = {"ratio": [0.9, 0.8, 0.7, 0.6, 0.5], "threshold": [0.002, 0.005, 0.01, 0.02, 0.04]}
 
 
 def _per_layer(low: float, high: float, closed_low: bool):
@@ -43,6 +53,17 @@ def _per_layer(low: float, high: float, closed_low: bool):
     return check
 
 
+def _candidates(value, name, config=None) -> Optional[str]:
+    """Each candidate is a value the rule takes (``keep`` for by ratio, ``threshold`` for by threshold)."""
+    by = getattr(config, "by", "ratio")
+    check = _per_layer(0.0, 1.0, by == "threshold")
+    for item in value:
+        problem = check(item, f"{name} ({'keep' if by == 'ratio' else 'threshold'} values)")
+        if problem:
+            return problem
+    return None
+
+
 @dataclass
 class TokenPruneConfig:
     """Drop tokens between layers by their attention-derived importance (LTP or fixed ratios)."""
@@ -57,6 +78,9 @@ class TokenPruneConfig:
     hard_epochs: float = setting(1.0, check=not_negative)  # hard phase: epochs tuning the weights under the frozen rule (any by); 0 = none
     kd_weight: float = setting(1.0, check=not_negative)    # soft targets from the teacher (0: the task loss alone)
     kd_temperature: float = setting(2.0, check=positive)
+    search: str = setting("none", choices=SEARCH)   # holdout: choose among candidates on the teacher's held-out rows
+    candidates: List[Union[float, List[float]]] = setting(default_factory=list, check=_candidates)   # search: values tried ([]: 0.9..0.5 kept by ratio, thresholds 0.002..0.04)
+    max_drop: float = setting(1.0, check=not_negative)   # search: tolerated score drop (points) on the held-out rows
     teacher: str = teacher_setting()   # the soft targets' model: input (the unpruned model), recipe, or a folder
     train: TrainConfig = train_setting(epochs=1.0)   # the soft phase's run (and the hard phase's other settings)
 
@@ -80,6 +104,19 @@ class TokenPruneConfig:
         self.train.check()
         if self.learn and self.by != "threshold":
             raise CompressorError("token_prune: learn trains thresholds; it needs by: threshold")
+        if self.search != "none" and self.learn:
+            raise CompressorError("token_prune: search chooses the values on held-out rows; learn "
+                                  "learns them: set learn: false to search")
+
+    def search_candidates(self) -> list:
+        """The values a search tries, each as ``keep`` or ``threshold`` takes it."""
+        return list(self.candidates) or list(DEFAULT_CANDIDATES[self.by])
+
+    def values_of(self, candidate, layers: int) -> List[float]:
+        """:meth:`values` of one search candidate."""
+        from dataclasses import replace
+
+        return replace(self, **{"threshold" if self.by == "threshold" else "keep": candidate}).values(layers)
 
     def values(self, layers: int) -> List[float]:
         """The threshold (by threshold) or kept share (by ratio) after each layer but the last."""

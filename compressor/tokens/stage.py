@@ -17,9 +17,11 @@ from compressor.tokens.model import KIND
 @register_stage("token_prune", TokenPruneConfig, accepts=(TRAINABLE,), produces=KIND)
 def token_prune_stage(ctx, config: TokenPruneConfig) -> dict:
     """Drop tokens between layers by attention importance (LTP thresholds or fixed keep ratios)."""
+    held = ctx.split("holdout") if config.search == "holdout" else None
     return token_prune_loaded(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config,
                               ctx.out_dir, ctx.meta("token_prune", config.max_length),
-                              teacher_dir=ctx.teacher_dir, desc=f"token prune {ctx.task.name}")
+                              teacher_dir=ctx.teacher_dir, desc=f"token prune {ctx.task.name}",
+                              holdout_set=held)
 
 
 def token_prune(model: str, out: str, config=None, task: Optional[str] = None,
@@ -29,11 +31,23 @@ def token_prune(model: str, out: str, config=None, task: Optional[str] = None,
     """Make the task checkpoint ``model`` drop tokens between layers, into a new folder ``out``.
 
     ``config`` is a :class:`TokenPruneConfig` (or a mapping such as ``{"by": "ratio",
-    "keep": 0.7, "hard_epochs": 0}``); keyword ``settings`` are merged into a mapping. Writes
+    "keep": 0.7, "hard_epochs": 0}``); keyword ``settings`` are merged into a mapping. With
+    ``search: holdout`` the values are chosen on the rows the teacher of ``model``'s line was
+    fine-tuned without (its ``compressor.json`` records them). Writes
     ``out/metrics.json`` with the scores before and after and the kept tokens per layer, and
     returns that record.
     """
     from compressor.engine.methods import on_checkpoint
 
+    def run(path, task_spec, train_set, dev_set, config, out_dir, meta):
+        held = None
+        if config.search == "holdout":   # the rows the teacher (of this model's line) was fine-tuned without
+            from compressor.core.data import data_for, holdout
+
+            held = holdout.held_rows(path, task_spec, data_dir, data_for(path, task_spec, user_data),
+                                     needs="token_prune search: holdout")
+        return token_prune_loaded(path, task_spec, train_set, dev_set, config, out_dir, meta,
+                                  holdout_set=held)
+
     return on_checkpoint(model, out, TokenPruneConfig, config, settings, "token_prune",
-                         token_prune_loaded, task, data_dir, train_limit, dev_limit, overwrite, user_data)
+                         run, task, data_dir, train_limit, dev_limit, overwrite, user_data)
