@@ -209,3 +209,27 @@ def test_bad_input_is_one_line(teacher, tiny_models, glue_dir, tmp_path, table_p
     monkeypatch.setitem(sys.modules, "optuna", None)
     with pytest.raises(CompressorError, match=r"pip install 'compressor\[auto\]'"):
         run_auto(teacher, str(tmp_path / "o2"), data_dir=glue_dir)
+
+
+def test_the_auto_stage_hands_its_pick_to_the_next_stage(teacher, table_path, glue_dir, tmp_path):
+    from compressor.export.runtime import open_graph
+    from compressor.recipe import run_recipe
+
+    recipe = tmp_path / "auto.yaml"
+    recipe.write_text(f"""name: auto-stage
+task: sst2
+device: cpu
+data: {{train_limit: 96, dev_limit: 16}}
+teacher: {teacher}
+stages:
+  - auto: {{trials: 2, max_drop: 100, heads: [0, 0.5], ffn: [0], tokens: [1], vocab: [false],
+            precisions: [fp32], layer_rules: [top], importance_rows: 16, check_models: 0,
+            latency_table: {table_path}}}
+""")
+    manifest = run_recipe(str(recipe), str(tmp_path / "run"), data_dir=glue_dir)
+    folder = os.path.join(str(tmp_path / "run"), manifest["stages"][-1]["model_dir"])
+    stage = json.load(open(os.path.join(folder, "record.json")))
+    assert manifest["stages"][-1]["kind"] == "onnx" and stage["split"] == "dev" and stage["latency_ms"] > 0
+    assert stage["metrics"]["accuracy"] * 100 == pytest.approx(stage["score"])
+    assert os.path.exists(os.path.join(folder, "search", "report.json"))
+    assert open_graph(folder).logits(["a fine film"]).shape == (1, 2)

@@ -99,12 +99,13 @@ def _verify(out: str, state: dict, pick, task_spec, user_data, teacher_score: fl
     if "teacher_dev" not in state:   # the teacher's dev score does not change between runs
         state["teacher_dev"] = round(float(task_score(task_spec, score_onnx(state["teacher_onnx"], dev))), 4)
         write_json(os.path.join(out, "auto.json"), state)
-    dev_score = round(float(task_score(task_spec, score_onnx(folder, dev))), 4)
+    dev_metrics = score_onnx(folder, dev)
+    dev_score = round(float(task_score(task_spec, dev_metrics)), 4)
     score, latency, size = pick.values
     log(f"pick: trial {pick.number}, held-out {score:.2f} (teacher {teacher_score:.2f}), dev {dev_score:.2f} "
         f"(teacher {state['teacher_dev']:.2f}), {latency:.3f} ms predicted, {size / 1e6:.2f} MB -> {folder}")
     return {"trial": pick.number, "params": dict(pick.params), "folder": folder, "score": score,
-            "latency_ms": latency, "size_bytes": size, "dev_score": dev_score,
+            "latency_ms": latency, "size_bytes": size, "dev_score": dev_score, "dev_metrics": dev_metrics,
             "teacher_dev_score": state["teacher_dev"], "dev_examples": len(dev),
             "dev_drop": round(state["teacher_dev"] - dev_score, 4), "held_drop": round(teacher_score - score, 4)}
 

@@ -29,7 +29,7 @@ def auto_stage(ctx, config: AutoConfig) -> dict:
                               f"held-out rows; see {search}/report.md")
     for name in os.listdir(pick["folder"]):
         shutil.copy2(os.path.join(pick["folder"], name), os.path.join(ctx.out_dir, name))
-    return {"score": pick["dev_score"], "split": "dev", "examples": pick["dev_examples"],
+    return {"metrics": pick["dev_metrics"], "score": pick["dev_score"], "split": "dev", "examples": pick["dev_examples"],
             "held_out_score": pick["score"], "latency_ms": pick["latency_ms"], "size_bytes": pick["size_bytes"],
             "trial": pick["trial"], "params": pick["params"], "front": report["front"],
             "table_error": report.get("table_error"), "report": os.path.join("search", "report.md")}
