@@ -177,12 +177,12 @@ def test_two_workers_share_one_journal_storage(teacher, table_path, glue_dir, tm
 
     out = tmp_path / "search"
     journal = tmp_path / "study.log"
-    main(auto_args(teacher, out, table_path, glue_dir, "--trials", "4", "--workers", "2",
+    main(auto_args(teacher, out, table_path, glue_dir, "--trials", "6", "--workers", "2", "--seed", "3",
                    "--storage", f"journal:{journal}"))
     assert journal.exists() and not (out / "study.db").exists()
     trials = trials_of(str(out))
     kept = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
-    assert len(kept) == 4
+    assert len(kept) == 6 and not any(t.state.name == "RUNNING" for t in trials)
     assert len({t.user_attrs["pid"] for t in trials}) == 2    # both processes ran trials
 
 

@@ -217,6 +217,8 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
     budget = budget_seconds(config.budget)
     start, ran = time.monotonic(), 0
     while budget is None or time.monotonic() - start < budget:
+        if _under_way_before(study, sys.maxsize) >= config.trials:   # done already: ask for nothing
+            break
         trial = study.ask()
         trial.set_user_attr("host", platform.node())
         trial.set_user_attr("pid", os.getpid())
