@@ -142,8 +142,7 @@ class TokenPrunedModel(nn.Module):
         special = input_ids == -1   # all False, on the right device and shape
         for sep in self.separators:
             special = special | (input_ids == sep)
-        first = torch.zeros_like(real)
-        first[:, 0] = True
+        first = (torch.arange(input_ids.shape[1], device=input_ids.device) == 0).unsqueeze(0)
         special = (special | first) & real
         # segment of each token: 0 before the first separator, 1 after it
         seps = special & ~first
@@ -189,10 +188,10 @@ class TokenPrunedModel(nn.Module):
         other token of each segment (so both texts of a pair stay represented)."""
         forced = run.special & alive
         plain = alive & ~run.special
+        places = torch.arange(score.shape[1], device=score.device).unsqueeze(0)
         for part in (~run.segment, run.segment):
-            candidates = torch.where(plain & part, score, torch.full_like(score, -1.0))
+            candidates = torch.where(plain & part, score, -1.0)
             best = candidates.argmax(1, keepdim=True)
-            places = torch.arange(score.shape[1], device=score.device).unsqueeze(0)
             # a segment with no candidate picks place 0, [CLS], which is kept anyway
             forced = forced | (places == best)
         return forced
@@ -206,7 +205,7 @@ class TokenPrunedModel(nn.Module):
             # the share of the row's tokens, those always kept first (importance is at most 1)
             count = alive.sum(1, keepdim=True)
             budget = torch.ceil(count.float() * self.keep[index]).long().clamp(min=1)
-            ranked = torch.where(alive, score + 2.0 * forced.to(score.dtype), torch.full_like(score, -1.0))
+            ranked = torch.where(alive, score + 2.0 * forced.to(score.dtype), -1.0)
             budget = budget.clamp(max=ranked.shape[1])
             # the budget-th largest: TopK with the row keeping most's budget as k
             top = torch.topk(ranked, budget.max(), dim=1, largest=True, sorted=True).values
@@ -265,19 +264,21 @@ class TokenPrunedModel(nn.Module):
     def _gathered_mask_and_bias(run, take: torch.Tensor):
         base = run.mask if run.mask is not None else run.base_mask
         low = torch.finfo(base.dtype).min
+        rows, width = take.shape
+        # (expands by explicit sizes: an exported -1 costs a shape computation each)
         if base.shape[-2] != 1:     # a [rows, 1, queries, keys] mask: its rows too
-            base = base.gather(2, take[:, None, :, None].expand(-1, base.shape[1], -1, base.shape[-1]))
+            base = base.gather(2, take[:, None, :, None].expand(rows, base.shape[1], width, base.shape[-1]))
         if base.shape[1] == 1 and base.shape[2] == 1:   # [rows, 1, 1, keys]: no expand needed
             part = base.gather(3, take[:, None, None, :])
         else:
-            part = base.gather(3, take[:, None, None, :].expand(-1, base.shape[1], base.shape[2], -1))
-        mask = torch.where(run.alive[:, None, None, :], part, torch.full_like(part, low))
+            part = base.gather(3, take[:, None, None, :].expand(rows, base.shape[1], base.shape[2], width))
+        mask = torch.where(run.alive[:, None, None, :], part, low)
         bias = run.bias
         if bias is not None:
-            bias = bias.expand(take.shape[0], -1, -1, -1)
             heads, full = bias.shape[1], bias.shape[-1]
-            bias = bias.gather(2, take[:, None, :, None].expand(-1, heads, -1, full))
-            bias = bias.gather(3, take[:, None, None, :].expand(-1, heads, take.shape[1], -1))
+            bias = bias.expand(rows, heads, full, full)
+            bias = bias.gather(2, take[:, None, :, None].expand(rows, heads, width, full))
+            bias = bias.gather(3, take[:, None, None, :].expand(rows, heads, width, width))
         return mask, bias
 
     def before_layer(self, index: int, args: tuple, kwargs: dict, names: List[str]):
@@ -314,7 +315,8 @@ class TokenPrunedModel(nn.Module):
         if run.positions is None:   # nothing dropped yet
             return None
         if run.take is not None:    # the layer before dropped tokens: its outputs are gathered
-            hidden = hidden.gather(1, run.take.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+            rows, width = run.take.shape
+            hidden = hidden.gather(1, run.take.unsqueeze(-1).expand(rows, width, hidden.shape[-1]))
             run.take = None
             put("hidden_states", hidden)
         put("attention_mask", run.mask)
