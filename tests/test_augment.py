@@ -328,3 +328,44 @@ def test_cli_distill_trains_on_an_augment_folder(teacher, glue_dir, tmp_path, ca
     assert done.exit_code == 0, done.output
     record = json.loads((student / "metrics.json").read_text())
     assert record["augmented_rows"] == 16, {k: record[k] for k in record if "augment" in k}
+
+
+def test_pruning_recovers_on_the_recipes_augmented_rows(teacher, glue_dir, tmp_path):
+    """recover: {augment: recipe} trains the distillation recovery on the rows plus the copies,
+    with the copies' logits from the augment stage (labelled by the recipe's teacher)."""
+    import yaml
+
+    from compressor.recipe import run_recipe
+
+    recover = {"mode": "distill", "augment": "recipe", "train": {"epochs": 1, "batch_size": 16, "max_length": 64}}
+    recipe = {"name": "augment-prune", "task": "sst2", "teacher": teacher, "device": "cpu",
+              "data": {"train_limit": 24, "dev_limit": 16},
+              "stages": [{"augment": {"copies": 2, "max_length": 64}},
+                         {"prune": {"method": "structured", "heads": 0.5, "iterations": 1,
+                                    "teacher": "recipe", "max_length": 64, "recover": recover}}]}
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    run_recipe(str(path), str(tmp_path / "run"), data_dir=glue_dir, log=lambda m: None)
+    record = json.load(open(tmp_path / "run" / "02-prune" / "record.json"))
+    assert record["config"]["recover"]["augment"] == "recipe"   # the recipe's words, not a path
+    # one epoch over 24 rows + 48 copies at batch 16 is 5 steps (over the 24 rows alone: 2)
+    assert [s["recovered"]["steps"] for s in record["pruning"]["steps"]] == [5]
+
+
+def test_augmented_recovery_is_refused_without_distillation():
+    from compressor.core.errors import CompressorError
+    from compressor.engine.recovery import RecoverSettings
+
+    with pytest.raises(CompressorError, match="recover.augment needs mode distill"):
+        RecoverSettings(mode="finetune", augment="somewhere").check()
+
+
+def test_stage_folder_settings_resolve_recipe_in_nested_sections():
+    from compressor.core.settings import resolve_stage_folders
+    from compressor.prune.configs import PruneConfig
+
+    config = PruneConfig(method="structured", recover={"mode": "distill", "augment": "recipe"})
+    resolved = resolve_stage_folders(config, lambda stage: f"/run/01-{stage}")
+    assert resolved.recover.augment == "/run/01-augment" and config.recover.augment == "recipe"
+    plain = PruneConfig(method="structured")
+    assert resolve_stage_folders(plain, lambda stage: 1 / 0) is plain   # nothing to resolve: untouched

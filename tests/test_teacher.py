@@ -200,7 +200,7 @@ def test_prune_and_share_recover_from_the_teacher_their_setting_names(stage, set
 
     config = config_from_dict(get_stage(stage).config_cls,
                               {} if setting is None else {"teacher": _setting(setting, folders)})
-    model, _, teacher, _ = load_with_teacher(folders["input"], get_task("sst2"), config, folders["recipe"])
+    model, _, teacher, _, _ = load_with_teacher(folders["input"], get_task("sst2"), config, folders["recipe"])
     assert logits(teacher) == expected
     assert teacher is not model and not any(p.requires_grad for p in teacher.parameters())
 

@@ -223,6 +223,37 @@ def config_from_dict(cls, values: dict, defaults: Optional[dict] = None, what: O
     return config
 
 
+def stage_folder(stage: str, default: str = ""):
+    """A setting naming a folder, where the value ``recipe`` means the folder of the recipe's last
+    ``stage`` stage before this one (``augment: recipe``); :func:`resolve_stage_folders` puts it in."""
+    return dataclasses.field(default=default, metadata={"stage_folder": stage})
+
+
+def resolve_stage_folders(config, folder_of: Callable[[str], str]):
+    """``config`` with every :func:`stage_folder` setting whose value is ``recipe`` replaced by
+    ``folder_of(stage)``, nested sections too; ``config`` itself is left as it is."""
+    import copy
+
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        return config
+    changes = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        stage = f.metadata.get("stage_folder")
+        if stage and value == "recipe":
+            changes[f.name] = folder_of(stage)
+        else:
+            inner = resolve_stage_folders(value, folder_of)
+            if inner is not value:
+                changes[f.name] = inner
+    if not changes:
+        return config
+    resolved = copy.copy(config)   # no __init__ again: its checks ran when the recipe was read
+    for name, value in changes.items():
+        setattr(resolved, name, value)
+    return resolved
+
+
 def from_values(cls, values, what: str):
     """``values`` as a ``cls`` (a mapping is built, a ``cls`` kept), every problem in one error.
 

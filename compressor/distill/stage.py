@@ -26,8 +26,7 @@ def distill_stage(ctx, config: DistillConfig) -> dict:
     general_set = general_text(config, ctx.task, ctx.data_dir, ctx.split("train"), ctx.split("dev"),
                                ctx.recipe.train_limit)
     general_teacher, general_path = load_general_teacher(config, ctx.task, teacher_dir, tokenizer, attn)
-    augmented = load_augmented(config, ctx.split("train"), teacher_dir,
-                               ctx.stage_dir("augment") if config.augment == "recipe" else None)
+    augmented = load_augmented(config, ctx.split("train"), teacher_dir)   # the runner resolved augment: recipe
     student, student_tok, result = distill_model(teacher, tokenizer, ctx.split("train"),
                                                  ctx.split("dev"), config,
                                                  desc=f"distill {ctx.task.name}", general_set=general_set,

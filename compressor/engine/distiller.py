@@ -19,7 +19,7 @@ from compressor.core.metrics import task_score
 from compressor.core.models import (checkpoint_meta, count_parameters, load_for_task, resolve_model,
                       save_checkpoint, size_on_disk)
 from compressor.engine.scoring import chance_check, predict_logits, score
-from compressor.core.settings import check_fields, from_values, not_negative, section_of, setting
+from compressor.core.settings import check_fields, from_values, not_negative, section_of, setting, stage_folder
 from compressor.core import distributed
 from compressor.engine.train import TrackerLogs, TrainConfig, fit, set_seed, unwrap
 from compressor.engine.train_config import teacher_setting, train_setting
@@ -45,7 +45,7 @@ class DistillConfig:
     general_teacher: str = "teacher"   # the general phase's teacher: the stage's, or a folder (the encoder the task teachers were fine-tuned from, as the papers do)
     general_cache: str = ""            # a folder: the general phase is kept there and reused by any run with the same student, settings, general teacher and text
     cache_teacher_logits: bool = True  # run the teacher once over the train set when only logits are needed
-    augment: str = ""                  # a folder of augmented rows (compressor augment; in a recipe, "recipe": its augment stage's): every phase but the general one trains on them too, the teacher's logits their only targets
+    augment: str = stage_folder("augment")   # a folder of augmented rows (compressor augment; in a recipe, "recipe": its augment stage's): every phase but the general one trains on them too, the teacher's logits their only targets
     teacher: str = teacher_setting()   # input (the model the stage starts from), recipe (the recipe's teacher) or a folder
 
     def __post_init__(self):
@@ -360,12 +360,17 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
 
 
 def load_augmented(config: DistillConfig, train_set, teacher_path: str, folder: Optional[str] = None):
-    """The augmented rows of ``config.augment`` (or ``folder``), None without them. They must
-    have been made from these very training rows (so from no dev or held-out row) and
-    labelled by this teacher."""
+    """The augmented rows of ``config.augment`` (or ``folder``), None without them
+    (:func:`augmented_rows`)."""
+    return augmented_rows(folder or config.augment, train_set, teacher_path)
+
+
+def augmented_rows(folder: str, train_set, teacher_path: str):
+    """The augmented rows in ``folder`` (what ``compressor augment`` wrote), None for "". They must
+    have been made from these very training rows (so from no dev or held-out row) and labelled
+    by this teacher (``teacher_path``)."""
     from compressor.core.data.augmented import model_digest, read_augmented, rows_digest
 
-    folder = folder or config.augment
     if not folder:
         return None
     if folder == "recipe":

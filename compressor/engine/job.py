@@ -35,6 +35,7 @@ class RecoveryJob:
     device: torch.device
     teacher: Optional[nn.Module] = None       # the unpruned model (distillation recovery)
     teacher_tokenizer: Optional[object] = None
+    teacher_path: Optional[str] = None        # where the teacher was loaded from (augmented rows name theirs)
     out_dir: Optional[str] = None             # where a method writes report files (tables, images)
     callbacks: List[Callback] = field(default_factory=list)   # added to every recovery run
     recoveries: List[dict] = field(default_factory=list)      # one record per recovery run
@@ -99,16 +100,19 @@ class RecoveryJob:
             # DistillConfig caches the teacher's logits, computed from the teacher's own
             # tokenizer, so a student whose tokenizer changed (vocabulary pruning) never feeds the
             # teacher its ids; layer losses with two tokenizers are refused by distill_model
+            from compressor.engine.distiller import augmented_rows
+
             config = DistillConfig(train=train, losses=settings.losses)
+            augmented = augmented_rows(settings.augment, self.train_set, self.teacher_path or "")
             student, _, result = distill_model(self.teacher, self.teacher_tokenizer or self.tokenizer,
                                                self.train_set, self.dev_set, config, desc=desc,
                                                student=self.model, student_tokenizer=self.tokenizer,
-                                               callbacks=callbacks)
+                                               callbacks=callbacks, augmented=augmented)
             self.model = student
             record = {"mode": "distill", "metrics": result["metrics"], "score": result["score"],
                       "best_step": result["best_step"], "steps": result["steps"],
                       "history": result["phases"][-1]["history"],
-                      "train_time_s": result["train_time_s"]}
+                      "augmented_rows": result["augmented_rows"], "train_time_s": result["train_time_s"]}
         self.model.to(self.device)
         self.recoveries.append(record)
         return record
@@ -121,8 +125,8 @@ class RecoveryJob:
 
 
 def load_with_teacher(model_dir: str, task, config, teacher_dir: Optional[str] = None):
-    """``(model, tokenizer, teacher, teacher_tokenizer)`` for a method that recovers as
-    ``config.recover`` says: the teacher (for distillation only) is an unchanged copy of the
+    """``(model, tokenizer, teacher, teacher_tokenizer, teacher_path)`` for a method that recovers
+    as ``config.recover`` says: the teacher (for distillation only) is an unchanged copy of the
     model (``config.teacher`` input), the recipe's teacher (recipe, ``teacher_dir``) or a folder
     (:func:`compressor.engine.teacher.load_teacher`)."""
     from compressor.core.models import load_for_task
@@ -131,9 +135,9 @@ def load_with_teacher(model_dir: str, task, config, teacher_dir: Optional[str] =
     attn = "eager" if distill and config.recover.losses.needs_attentions else None
     model, tokenizer = load_for_task(model_dir, task, attn_implementation=attn)
     if not distill:
-        return model, tokenizer, None, None
-    teacher, teacher_tok, _ = load_teacher(config.teacher, model, task, teacher_dir, model_dir, attn)
-    return model, tokenizer, teacher, teacher_tok or tokenizer
+        return model, tokenizer, None, None, None
+    teacher, teacher_tok, path = load_teacher(config.teacher, model, task, teacher_dir, model_dir, attn)
+    return model, tokenizer, teacher, teacher_tok or tokenizer, path
 
 
 def change_and_recover(model_dir: str, task, train_set, dev_set, config: RecoveringConfig, out_dir: str,
@@ -151,9 +155,10 @@ def change_and_recover(model_dir: str, task, train_set, dev_set, config: Recover
     config.check()
     set_seed(config.seed)
     device = resolve_device(config.device)
-    model, tokenizer, teacher, teacher_tok = load_with_teacher(model_dir, task, config, teacher_dir)
+    model, tokenizer, teacher, teacher_tok, teacher_path = load_with_teacher(model_dir, task, config, teacher_dir)
     job = RecoveryJob(model=model.to(device), tokenizer=tokenizer, train_set=train_set, dev_set=dev_set,
-                      config=config, device=device, teacher=teacher, teacher_tokenizer=teacher_tok)
+                      config=config, device=device, teacher=teacher, teacher_tokenizer=teacher_tok,
+                      teacher_path=teacher_path)
     start = time.perf_counter()
     parameters_before = count_parameters(model)
     before = job.evaluate(desc="score before")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from compressor.core.errors import CompressorError
-from compressor.core.settings import check_fields, from_values, positive, section_of, setting
+from compressor.core.settings import check_fields, from_values, positive, section_of, setting, stage_folder
 from compressor.core.settings import device as device_setting
 from compressor.engine.losses import KDSettings, Losses
 from compressor.engine.train_config import TrainConfig, teacher_setting, train_setting
@@ -32,6 +32,10 @@ class RecoverSettings:
     losses: Losses = field(default_factory=lambda: Losses(kd=KDSettings()))   # distill only: name -> settings
     train: TrainConfig = train_setting(epochs=1.0, warmup=0.06)   # the recovery run
     layerdrop: float = setting(0.0, check=fraction)   # LayerDrop (Fan et al.): skip each layer with this chance while recovering
+    # distill only: a folder of augmented rows (compressor augment; in a recipe, "recipe": its augment
+    # stage's), trained on beside the training rows with the teacher's logits as their only targets;
+    # they must have been labelled by this recovery's teacher
+    augment: str = stage_folder("augment")
 
     def __post_init__(self):
         self.train = section_of(self, "train", "recover.train")
@@ -43,6 +47,9 @@ class RecoverSettings:
         self.losses.check()
         if self.mode == "distill" and not self.losses.active():
             raise CompressorError("recover.losses needs a loss with a weight for mode distill")
+        if self.augment and self.mode != "distill":
+            raise CompressorError(f"recover.augment needs mode distill (augmented rows have only the "
+                                  f"teacher's logits), not {self.mode}")
 
 
 @dataclass

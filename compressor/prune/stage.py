@@ -26,12 +26,12 @@ def prune_loaded(model_dir: str, task, train_set, dev_set, config: PruneConfig, 
     config.check()
     set_seed(config.seed)
     device = resolve_device(config.device)
-    model, tokenizer, teacher, teacher_tok = load_with_teacher(model_dir, task, config, teacher_dir)
+    model, tokenizer, teacher, teacher_tok, teacher_path = load_with_teacher(model_dir, task, config, teacher_dir)
     scratch = tempfile.mkdtemp(prefix=".prune-report-")
     try:
         job = RecoveryJob(model=model.to(device), tokenizer=tokenizer, train_set=train_set,
                        dev_set=dev_set, config=config, device=device, teacher=teacher,
-                       teacher_tokenizer=teacher_tok, out_dir=scratch)
+                       teacher_tokenizer=teacher_tok, teacher_path=teacher_path, out_dir=scratch)
         start = time.perf_counter()
         parameters_before = count_parameters(model)
         before = job.evaluate(desc="score unpruned")

@@ -28,6 +28,7 @@ from compressor.core.models import (checkpoint_meta, count_parameters, load_conf
 from compressor.core.errors import terminate_cleanly
 from compressor.core.guard import check_files, clean_leftovers, digest_files, run_lock
 from compressor.core.registry import TRAINABLE, config_to_dict, get_stage
+from compressor.core.settings import resolve_stage_folders
 from compressor.recipe.report import write_report
 from compressor.recipe.schema import Recipe, load_recipe
 
@@ -158,7 +159,8 @@ def _run_locked(recipe: Recipe, out: str, data_dir, log, previous: Optional[dict
                 f"{current['score']:.2f}, majority-class baseline {current['at_chance']:.2f}): "
                 "its figures say little")
         record = _run_stage(out, spec.dirname, fingerprint, log,
-                            lambda c, st=stage_type, cfg=spec.config: st.run(c, cfg),
+                            # "recipe" in a stage-folder setting (augment: recipe) names an earlier stage's folder
+                            lambda c, st=stage_type, cfg=spec.config: st.run(c, resolve_stage_folders(cfg, c.stage_dir)),
                             ctx, produces=stage_type.produces, config=config, name=spec.name,
                             inherited=current, teacher_score=teacher_score,
                             manifest=manifest, force=rerun, trains=_trains(spec.config))
