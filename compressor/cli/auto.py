@@ -65,6 +65,9 @@ def register(cli):
                   help="Training rows pruning importance is measured on.")
     @click.option("--latency-table", default="",
                   help="The latency table's JSON file; default: one per CPU in ~/.cache/compressor/latency.")
+    @click.option("--check-models", type=int, default=3, show_default=True,
+                  help="Front members (the pick first) measured whole at the end beside their predicted "
+                       "latency, the teacher too; 0: no check.")
     @click.option("--seed", type=int, default=42, show_default=True, help="The sampler's seed.")
     def auto(model, out, task, data_dir, train_limit, dev_limit, threads, **settings):
         """Search across the toolkit's methods (layers, heads, FFN, vocabulary, tokens, INT8) for the
