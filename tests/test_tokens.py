@@ -267,13 +267,14 @@ def test_search_chooses_on_the_held_out_rows_the_fewest_tokens_within_the_drop(t
     main(["finetune", tiny_models["bert"], "--task", "sst2", "--out", teacher, "--data-dir", glue_dir,
           "--train-limit", "64", "--dev-limit", "8", "--holdout", "24", "--epochs", "1",
           "--batch-size", "16", "--max-length", "32", "--device", "cpu"])
-    settings = {"by": "ratio", "learn": False, "hard_epochs": 0, "search": "holdout",
+    settings = {"by": "ratio", "learn": False, "hard_epochs": 0, "search_on": "holdout",
                 "candidates": [1.0, 0.5, [0.3]], "train": {"max_length": 32}}
     # any drop tolerated: the candidate computing on the fewest tokens
     loose = token_prune(teacher, str(tmp_path / "loose"), {**settings, "max_drop": 100.0},
                         data_dir=glue_dir, dev_limit=8)
     search = loose["search"]
-    assert search["rows"] == 24 and [c["candidate"] for c in search["candidates"]] == [1.0, 0.5, [0.3]]
+    assert search["search_on"] == "holdout" and search["search_rows"] == 24
+    assert [c["candidate"] for c in search["candidates"]] == [1.0, 0.5, [0.3]]
     shares = [c["mean_share"] for c in search["candidates"]]
     assert shares[0] == 1.0 and min(shares) < 1.0
     assert search["chosen"] == search["candidates"][shares.index(min(shares))]["candidate"]
@@ -288,9 +289,9 @@ def test_search_chooses_on_the_held_out_rows_the_fewest_tokens_within_the_drop(t
     capsys.readouterr()
     code, _, err = run_cli(capsys, "token-prune", tiny_models["bert"], "--task", "sst2", "--out",
                            str(tmp_path / "none"), "--set", "by=ratio", "--set", "learn=false",
-                           "--set", "search=holdout", "--data-dir", glue_dir, "--dev-limit", "8")
+                           "--set", "search_on=holdout", "--data-dir", glue_dir, "--dev-limit", "8")
     assert_one_line_error(code, err, "needs a model fine-tuned with --holdout N")
     code, _, err = run_cli(capsys, "token-prune", teacher, "--out", str(tmp_path / "bad"),
-                           "--set", "search=holdout", "--data-dir", glue_dir)
+                           "--set", "search_on=holdout", "--data-dir", glue_dir)
     assert_one_line_error(code, err, "set learn: false to search")
     assert not (tmp_path / "bad").exists() and not (tmp_path / "none").exists()

@@ -17,7 +17,7 @@ def register(cli):
                        "per layer but the last), keep=0.7 (by ratio; or a list), learn=true (LTP's "
                        "soft phase), temperature=0.001, kept_weight=0.1, threshold_lr=0.01, "
                        "hard_epochs=1 (0: no tuning), kd_weight=1, kd_temperature=2, "
-                       "teacher=input|FOLDER; search=holdout (with learn=false: choose among "
+                       "teacher=input|FOLDER; search_on=holdout (with learn=false: choose among "
                        "candidates=[0.9,0.7,[0.6,0.6,0.6,1,1]] on the teacher's held-out rows the "
                        "fewest tokens within max_drop=1 points).")
     @click.option("--train", "train", multiple=True, metavar="KEY=VALUE",
@@ -36,5 +36,5 @@ def register(cli):
         search = record.get("search")
         if search:
             chosen = search["chosen"] if search["chosen"] is not None else "none (nothing dropped)"
-            click.echo(f"searched on {search['rows']} held-out rows (unpruned {search['unpruned_score']:.2f}, "
+            click.echo(f"searched on {search['search_rows']} held-out rows (unpruned {search['unpruned_score']:.2f}, "
                        f"max drop {search['max_drop']:g}): chose {chosen}, values {search['values']}")

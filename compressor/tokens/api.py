@@ -147,7 +147,7 @@ def search_values(pruned: TokenPrunedModel, tokenizer, held_set, config: TokenPr
     from compressor.engine.scoring import score
 
     if held_set is None or not len(held_set):
-        raise CompressorError("token_prune search: holdout needs the rows the teacher was fine-tuned "
+        raise CompressorError("token_prune search_on: holdout needs the rows the teacher was fine-tuned "
                               "without (compressor finetune --holdout N)")
     length = config.max_length
     layers = pruned.total_layers
@@ -168,7 +168,7 @@ def search_values(pruned: TokenPrunedModel, tokenizer, held_set, config: TokenPr
             best = entry
     none = [1.0] * (layers - 1) if config.by == "ratio" else [0.0] * (layers - 1)
     pruned.set_values(best["values"] if best else none)
-    return {"on": "holdout", "rows": len(held_set), "max_drop": config.max_drop,
+    return {"search_on": "holdout", "search_rows": len(held_set), "max_drop": config.max_drop,
             "unpruned_score": round(reference, 4), "candidates": tried,
             "chosen": best["candidate"] if best else None, "values": pruned.values(),
             "note": None if best else f"no candidate within {config.max_drop} points: nothing is dropped"}
@@ -204,7 +204,7 @@ def token_prune_loaded(model_dir: str, task, train_set, dev_set, config: TokenPr
                                      tokenizer=tokenizer)
     pruned = prune_tokens(model, config, tokenizer).to(device)
     search = None
-    if config.search == "holdout":
+    if config.search_on == "holdout":
         search = search_values(pruned, tokenizer, holdout_set, config, task, device=device)
     phases = learn(pruned, tokenizer, train_set, dev_set, config, teacher, desc=desc) if trains else {}
     after = score(pruned, tokenizer, dev_set, config.max_length, device=device, desc="score pruned")

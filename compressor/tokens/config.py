@@ -16,7 +16,7 @@ over heads and (kept) query positions of the attention probability to it (LTP, K
 ``[CLS]`` (the first token) and the separators are never dropped, and each segment of a pair
 keeps at least its most important token. ``threshold: 0`` or ``keep: 1`` drops nothing.
 
-``search: holdout`` chooses the rule's values instead of taking them as set: each of
+``search_on: holdout`` chooses the rule's values instead of taking them as set: each of
 ``candidates`` (a value as ``keep`` or ``threshold`` takes it: a number or one per layer) is
 scored on the training rows the teacher was fine-tuned without (``compressor finetune --holdout
 N``), and the one whose layers compute on the fewest tokens while its score there is at most
@@ -78,7 +78,7 @@ class TokenPruneConfig:
     hard_epochs: float = setting(1.0, check=not_negative)  # hard phase: epochs tuning the weights under the frozen rule (any by); 0 = none
     kd_weight: float = setting(1.0, check=not_negative)    # soft targets from the teacher (0: the task loss alone)
     kd_temperature: float = setting(2.0, check=positive)
-    search: str = setting("none", choices=SEARCH)   # holdout: choose among candidates on the teacher's held-out rows
+    search_on: str = setting("none", choices=SEARCH)   # holdout: choose among candidates on the teacher's held-out rows
     candidates: List[Union[float, List[float]]] = setting(default_factory=list, check=_candidates)   # search: values tried ([]: 0.9..0.5 kept by ratio, thresholds 0.002..0.04)
     max_drop: float = setting(1.0, check=not_negative)   # search: tolerated score drop (points) on the held-out rows
     teacher: str = teacher_setting()   # the soft targets' model: input (the unpruned model), recipe, or a folder
@@ -104,8 +104,8 @@ class TokenPruneConfig:
         self.train.check()
         if self.learn and self.by != "threshold":
             raise CompressorError("token_prune: learn trains thresholds; it needs by: threshold")
-        if self.search != "none" and self.learn:
-            raise CompressorError("token_prune: search chooses the values on held-out rows; learn "
+        if self.search_on != "none" and self.learn:
+            raise CompressorError("token_prune: search_on chooses the values on held-out rows; learn "
                                   "learns them: set learn: false to search")
 
     def search_candidates(self) -> list:

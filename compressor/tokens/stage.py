@@ -17,7 +17,7 @@ from compressor.tokens.model import KIND
 @register_stage("token_prune", TokenPruneConfig, accepts=(TRAINABLE,), produces=KIND)
 def token_prune_stage(ctx, config: TokenPruneConfig) -> dict:
     """Drop tokens between layers by attention importance (LTP thresholds or fixed keep ratios)."""
-    held = ctx.split("holdout") if config.search == "holdout" else None
+    held = ctx.split("holdout") if config.search_on == "holdout" else None
     return token_prune_loaded(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config,
                               ctx.out_dir, ctx.meta("token_prune", config.max_length),
                               teacher_dir=ctx.teacher_dir, desc=f"token prune {ctx.task.name}",
@@ -32,7 +32,7 @@ def token_prune(model: str, out: str, config=None, task: Optional[str] = None,
 
     ``config`` is a :class:`TokenPruneConfig` (or a mapping such as ``{"by": "ratio",
     "keep": 0.7, "hard_epochs": 0}``); keyword ``settings`` are merged into a mapping. With
-    ``search: holdout`` the values are chosen on the rows the teacher of ``model``'s line was
+    ``search_on: holdout`` the values are chosen on the rows the teacher of ``model``'s line was
     fine-tuned without (its ``compressor.json`` records them). Writes
     ``out/metrics.json`` with the scores before and after and the kept tokens per layer, and
     returns that record.
@@ -41,11 +41,11 @@ def token_prune(model: str, out: str, config=None, task: Optional[str] = None,
 
     def run(path, task_spec, train_set, dev_set, config, out_dir, meta):
         held = None
-        if config.search == "holdout":   # the rows the teacher (of this model's line) was fine-tuned without
+        if config.search_on == "holdout":   # the rows the teacher (of this model's line) was fine-tuned without
             from compressor.core.data import data_for, holdout
 
             held = holdout.held_rows(path, task_spec, data_dir, data_for(path, task_spec, user_data),
-                                     needs="token_prune search: holdout")
+                                     needs="token_prune search_on: holdout")
         return token_prune_loaded(path, task_spec, train_set, dev_set, config, out_dir, meta,
                                   holdout_set=held)
 
