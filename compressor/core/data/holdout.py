@@ -79,7 +79,9 @@ def training_and_held(task_spec, data_dir: Optional[str], limit: Optional[int], 
     record, where = record_of(teacher)
     if record is None:
         return load_data(task_spec, "train", data_dir, limit, user_data), None
-    rest, held = split(load_data(task_spec, "train", data_dir, None, user_data), record, where)
+    # the rows drawn from are the split's first ones: with a limit, that many more are all it reads
+    rows = record["examples"] + limit if limit else None
+    rest, held = split(load_data(task_spec, "train", data_dir, rows, user_data), record, where)
     return (replace(rest, examples=rest.examples[:limit]) if limit else rest), held
 
 
@@ -91,8 +93,11 @@ def training_rows(task_spec, data_dir: Optional[str], limit: Optional[int], user
 def held_rows(model: str, task_spec, data_dir: Optional[str], user_data=None, needs: str = "this"):
     """The training rows ``model`` (or the checkpoint it was made from) was fine-tuned without;
     ``needs`` names what asked for them in the error when there are none."""
-    held = training_and_held(task_spec, data_dir, None, user_data, model)[1]
-    if held is None:
+    from compressor.core.data.userfiles import load_data
+
+    record, where = record_of(model)
+    if record is None:
         raise CompressorError(f"{needs} needs a model fine-tuned with --holdout N (or made from one): "
                               f"{model} and the checkpoints it was made from record none")
-    return held
+    # the held rows are drawn from the split's first rows: the rest of the split is not read
+    return split(load_data(task_spec, "train", data_dir, record["examples"], user_data), record, where)[1]
