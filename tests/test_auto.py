@@ -2,8 +2,8 @@
 and report, a resume after a kill, two workers on one storage, and bad input as one line.
 
 One module fixture fine-tunes the teacher (2 layers, hidden 32, 16 tokens, 16 held-out rows) and
-runs one search through the command; the latency table that search filled is copied by the other
-tests (so none of them measures a layer again, nor writes into the shared one)."""
+runs one search through the command; the other tests copy the latency table that search filled
+(none writes into the shared one, and only the table's own test measures one more shape)."""
 import fcntl
 import json
 import os
@@ -90,7 +90,7 @@ def cli(argv):
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory, minilm_dir, glue_dir):
     """A tiny BERT fine-tuned on SST-2 rows with 16 held out, and one 3-trial search of it run by
-    the command; its latency table holds both head shapes at the search's length."""
+    the command, which fills the latency table at the search's length."""
     from conftest import save_sst2_classifier
 
     root = tmp_path_factory.mktemp("auto")
