@@ -40,7 +40,8 @@ def mpnet_teacher(tmp_path_factory, minilm_dir):
 
 
 def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = "") -> str:
-    """The recipe with small data slices, the CPU, and a short benchmark."""
+    """The recipe with small data slices, one epoch a phase, narrow students, the CPU, and a
+    short benchmark: every stage and phase the recipe names still runs, on less."""
     with open(path) as f:
         doc = yaml.safe_load(f)
     doc["data"] = {"train_limit": 48, "dev_limit": 16}
@@ -53,6 +54,13 @@ def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = 
         for block in (settings.get("train") or {}, recover.get("train") or {}):   # bf16 is the GPU's: on a CPU
             if block.get("precision") == "bf16":                  # without AVX-512 BF16 it is
                 block["precision"] = "fp32"                       # emulated, ten times slower
+            if block.get("epochs", 0) > 1:                        # one pass checks the stage runs
+                block["epochs"] = 1
+        for key in [k for k in settings if k.endswith("_epochs")]:   # each phase (general, intermediate,
+            settings[key] = min(settings[key], 1)                      # replacing, ...) still runs: once
+        student = settings.get("student") or {}
+        if student.get("kind") == "config":      # a student of its own shape, narrower than the teacher
+            student.update(hidden_size=24, ffn_size=32)   # (48) as the papers' are: same depth and heads
         if name == "bench":
             settings.update(sentences=4, threads=[1], batch_sizes=[],
                             peers=[p for p in settings.get("peers", []) if p != "inc-int8"])
