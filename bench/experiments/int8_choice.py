@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     settings = dict(preset="auto", max_drop=args.max_drop, search_on="holdout", threads=args.threads)
     out = {"task": task.name, "teacher": os.path.abspath(args.teacher), "holdout_rows": len(held),
            "dev_rows": len(dev), "settings": settings, "cpu": cpu_model(),
-           "preset": resolve_preset("auto").name, "commands": [" ".join([sys.executable, "-m",
+           "preset": resolve_preset("auto").name, "commands": [" ".join(["python", "-m",
                                                                          "bench.experiments.int8_choice"] + (argv or sys.argv[1:]))]}
 
     runs = {}
