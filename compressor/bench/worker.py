@@ -228,12 +228,21 @@ class Worker:
         last = f": {lines[-1][:300]}" if lines else ""
         raise CompressorError(f"{self.name}: its benchmark process stopped (exit code {code}){last}")
 
+    def ask_to_quit(self) -> None:
+        """Tell the process to finish (without waiting), so several can wind down at once."""
+        if self.proc.poll() is None and not getattr(self, "_asked_to_quit", False):
+            self._asked_to_quit = True
+            try:
+                self.send("quit")
+            except Exception:
+                pass
+
     def close(self) -> None:
         import subprocess
 
         if self.proc.poll() is None:
+            self.ask_to_quit()
             try:
-                self.send("quit")
                 self.proc.wait(timeout=10)
             except Exception:
                 pass
@@ -276,6 +285,8 @@ class Workers:
         return self.items[i]
 
     def close(self) -> None:
+        for w in self.items:   # all told first, then each waited for: they quit side by side
+            w.ask_to_quit()
         for w in self.items:
             w.close()
 
