@@ -361,11 +361,12 @@ def test_augmented_recovery_is_refused_without_distillation():
 
 
 def test_stage_folder_settings_resolve_recipe_in_nested_sections():
-    from compressor.core.settings import resolve_stage_folders
+    from compressor.core.settings import config_from_dict, resolve_stage_folders
     from compressor.prune.configs import PruneConfig
 
-    config = PruneConfig(method="structured", recover={"mode": "distill", "augment": "recipe"})
+    config = config_from_dict(PruneConfig, {"method": "structured",
+                                            "recover": {"mode": "distill", "augment": "recipe"}})
     resolved = resolve_stage_folders(config, lambda stage: f"/run/01-{stage}")
     assert resolved.recover.augment == "/run/01-augment" and config.recover.augment == "recipe"
-    plain = PruneConfig(method="structured")
+    plain = config_from_dict(PruneConfig, {"method": "structured"})
     assert resolve_stage_folders(plain, lambda stage: 1 / 0) is plain   # nothing to resolve: untouched

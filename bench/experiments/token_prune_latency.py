@@ -128,17 +128,11 @@ def kept_shares(folder: str, texts) -> dict:
 
 def op_profile(folder: str, texts, threads: int = 1) -> dict:
     """onnxruntime's kernel time per operator type, ms per run (batch 1), and the wall time."""
-    import onnxruntime as ort
-
     from compressor.export.runtime import Predictor
 
-    predictor = Predictor(folder, threads=threads)
+    predictor = Predictor(folder, threads=threads, profile=os.path.join(tempfile.mkdtemp(), "profile"))
     feeds = [predictor.encode([t]) for t in texts]
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.enable_profiling = True
-    options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "profile")
-    session = ort.InferenceSession(os.path.join(folder, "model.onnx"), options, providers=["CPUExecutionProvider"])
+    session = predictor.session
     names = {i.name for i in session.get_inputs()}
     for feed in feeds[:5]:
         session.run(None, {k: v for k, v in feed.items() if k in names})

@@ -69,7 +69,7 @@ class Predictor:
     """
 
     def __init__(self, folder: str, threads: Optional[int] = None, providers: Optional[list] = None,
-                 model_file: Optional[str] = None, spinning: bool = True):
+                 model_file: Optional[str] = None, spinning: bool = True, profile: Optional[str] = None):
         manifest_file = os.path.join(folder, "manifest.json")
         if not os.path.isfile(manifest_file):
             raise ExportError(f"{folder} is not an ONNX export folder (no manifest.json)")
@@ -78,7 +78,8 @@ class Predictor:
         self.regression = bool(self.manifest.get("regression"))
         self.max_length = int(self.manifest.get("max_length", 128))
         path = os.path.join(folder, model_file or self.manifest.get("model_file", "model.onnx"))
-        self.session = self._session(path, threads, providers, spinning)
+        # profile: a file prefix for onnxruntime's per-operator profile (session.end_profiling() writes it)
+        self.session = self._session(path, threads, providers, spinning, profile)
         self.inputs = [i.name for i in self.session.get_inputs()]
         unknown = [name for name in self.inputs if name not in _INPUTS]
         if unknown:
@@ -91,7 +92,7 @@ class Predictor:
 
     @staticmethod
     def _session(path: str, threads: Optional[int], providers: Optional[list],
-                 spinning: bool = True) -> ort.InferenceSession:
+                 spinning: bool = True, profile: Optional[str] = None) -> ort.InferenceSession:
         """The one place the toolkit makes an onnxruntime session; a missing, truncated or corrupt
         file is one line naming it. ``spinning=False``: idle pool threads sleep at once instead
         of spinning for work (onnxruntime's ``allow_spinning`` 0). No ``threads``: the
@@ -108,6 +109,9 @@ class Predictor:
         if not spinning:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        if profile:
+            options.enable_profiling = True
+            options.profile_file_prefix = profile
         try:
             return ort.InferenceSession(path, options, providers=providers or ["CPUExecutionProvider"])
         except (_ort_status.InvalidProtobuf, _ort_status.InvalidGraph, _ort_status.InvalidArgument,
