@@ -113,7 +113,7 @@ def test_theseus_refuses_train_epochs_in_every_form():
 
 def test_the_command_line_keeps_flat_options_and_fills_the_section():
     from compressor.cli import in_sections
-    from compressor.cli.prune import recover_settings
+    from compressor.cli.methods import recover_settings
     from compressor.exit.configs import EarlyExitConfig
 
     assert in_sections(EarlyExitConfig, {"lr": 1e-3, "rule": "entropy"}) == {"rule": "entropy", "train": {"lr": 1e-3}}

@@ -7,7 +7,7 @@ import click
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
     from compressor.cli import data_dir_option, device_option, example, model_argument, own_files_options
-    from compressor.cli.distill import _settings
+    from compressor.cli.methods import key_values
 
     @cli.command(epilog=example("compressor augment runs/teacher --set copies=20 --out runs/augmented",
                                 "compressor run recipes/mpnet/tinybert-6l-augmented.yaml --task cola "
@@ -34,7 +34,7 @@ def register(cli):
         from compressor.augment.api import augment as run
         from compressor.cli import _user_data
 
-        record = run(model, out, {**_settings(values, "set"), "device": device}, task=task,
+        record = run(model, out, {**key_values(values, "set"), "device": device}, task=task,
                      data_dir=data_dir, train_limit=train_limit, overwrite=overwrite,
                      user_data=_user_data(train_file, None, text_columns, label_column, recorded=True),
                      log=lambda msg: click.echo(msg, err=True))

@@ -4,43 +4,11 @@ import os
 import click
 
 
-def _settings(pairs, what):
-    """``KEY=VALUE`` options as a mapping; values read as YAML (numbers, true/false, [1, 3]).
-
-    A dotted key is a setting inside a section: ``kd.temperature=2`` with ``kd=1`` is
-    ``{kd: {weight: 1, temperature: 2}}``.
-    """
-    import yaml
-
-    from compressor.core.errors import CompressorError
-
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise CompressorError(f"--{what} takes KEY=VALUE, got '{pair}'")
-        try:
-            value = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError:
-            pass
-        section, dot, name = key.strip().partition(".")
-        if not dot:
-            if isinstance(out.get(section), dict):
-                out[section]["weight"] = value
-            else:
-                out[section] = value
-            continue
-        inner = out.get(section)
-        if not isinstance(inner, dict):
-            inner = out[section] = {} if inner is None else {"weight": inner}
-        inner[name] = value
-    return out
-
-
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
     from compressor.cli import (_print_metrics, _relaunched, _train_config, _train_options, _user_data,
                        data_dir_option, example, model_argument, nproc_option, own_files_options)
+    from compressor.cli.methods import key_values
 
     @cli.command(epilog=example("compressor distill runs/teacher --student num_layers=3 --out runs/student",
                                 "compressor distill runs/teacher --student kind=config --student hidden_size=312 "
@@ -102,9 +70,9 @@ def register(cli):
         if _relaunched(nproc, kwargs["device"]):
             return
 
-        student_values = _settings(student, "student") or {"kind": "layers", "num_layers": 3}
+        student_values = key_values(student, "student") or {"kind": "layers", "num_layers": 3}
         config = DistillConfig(train=_train_config(kwargs), student=student_values,
-                               losses=_settings(loss, "loss") or {"kd": 1},
+                               losses=key_values(loss, "loss") or {"kd": 1},
                                intermediate_epochs=intermediate_epochs,
                                intermediate_lr=intermediate_lr, progressive=progressive,
                                general_epochs=general_epochs, general_lr=general_lr,

@@ -6,9 +6,9 @@ import click
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
-    from compressor.cli.distill import _settings
+    from compressor.cli.methods import key_values
     from compressor.cli import example, in_sections
-    from compressor.cli.prune import checkpoint_method, run_method
+    from compressor.cli.methods import checkpoint_method, run_method
 
     @cli.command("early-exit", epilog=example("compressor early-exit runs/teacher --set rule=entropy --out runs/exits"))
     @checkpoint_method("add exits to")
@@ -24,7 +24,7 @@ def register(cli):
         from compressor.exit.configs import EarlyExitConfig
         from compressor.exit.stage import early_exit as run
 
-        record = run_method(run, in_sections(EarlyExitConfig, _settings(values, "set")),
+        record = run_method(run, in_sections(EarlyExitConfig, key_values(values, "set")),
                             made="early-exit model", **common)
         click.echo(f"rule {record['rule']} threshold {record['threshold']}: mean exit layer "
                    f"{record['dev']['mean_exit_layer']} of {record['layers']}, FLOPs saved "

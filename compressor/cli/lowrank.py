@@ -5,8 +5,8 @@ import click
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
     from compressor.cli import example
-    from compressor.cli.distill import _settings
-    from compressor.cli.prune import (
+    from compressor.cli.methods import key_values
+    from compressor.cli.methods import (
         RECOVER_HELP,
         checkpoint_method,
         recover_settings,
@@ -28,7 +28,7 @@ def register(cli):
         retained energy, a share, a fixed rank or measured sensitivity), then recover."""
         from compressor.lowrank.stage import lowrank as run
 
-        settings = _settings(values, "set")
+        settings = key_values(values, "set")
         if recover:
             settings["recover"] = recover_settings(recover)
         run_method(run, settings, made="factorised model", **common)

@@ -4,8 +4,8 @@ import click
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
-    from compressor.cli.distill import _settings
-    from compressor.cli.prune import RECOVER_HELP, checkpoint_method, recover_settings, run_method
+    from compressor.cli.methods import key_values
+    from compressor.cli.methods import RECOVER_HELP, checkpoint_method, recover_settings, run_method
 
     from compressor.cli import example
 
@@ -21,7 +21,7 @@ def register(cli):
         then recover."""
         from compressor.share.stage import share as run
 
-        settings = _settings(values, "set")
+        settings = key_values(values, "set")
         if recover:
             settings["recover"] = recover_settings(recover)
         run_method(run, settings, made="shared model", **common)

@@ -4,8 +4,8 @@ import click
 
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
-    from compressor.cli.distill import _settings
-    from compressor.cli.prune import checkpoint_method, run_method
+    from compressor.cli.methods import key_values
+    from compressor.cli.methods import checkpoint_method, run_method
 
     from compressor.cli import example, in_sections
 
@@ -21,4 +21,4 @@ def register(cli):
         from compressor.theseus.config import TheseusConfig
         from compressor.theseus.stage import theseus as run
 
-        run_method(run, in_sections(TheseusConfig, _settings(values, "set")), made="compressed model", **common)
+        run_method(run, in_sections(TheseusConfig, key_values(values, "set")), made="compressed model", **common)

@@ -5,8 +5,8 @@ import click
 def register(cli):
     """Add this package's commands to the ``compressor`` command group."""
     from compressor.cli import example
-    from compressor.cli.distill import _settings
-    from compressor.cli.prune import checkpoint_method, run_method
+    from compressor.cli.methods import key_values
+    from compressor.cli.methods import checkpoint_method, run_method
 
     @cli.command("token-prune", epilog=example(
         "compressor token-prune runs/student --set threshold=0.01 --set kept_weight=0.1 "
@@ -29,9 +29,9 @@ def register(cli):
         Export the folder to get one ONNX graph that drops them at run time."""
         from compressor.tokens.stage import token_prune as run
 
-        settings = _settings(values, "set")
+        settings = key_values(values, "set")
         if train:
-            settings["train"] = _settings(train, "train")
+            settings["train"] = key_values(train, "train")
         record = run_method(run, settings, made="token-pruned model", **common)
         search = record.get("search")
         if search:
