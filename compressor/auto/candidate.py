@@ -63,16 +63,15 @@ def build_candidate(teacher: str, task, train_set, held, params: dict, work: str
         shutil.rmtree(out, ignore_errors=True)   # a step a killed run left half-written
         meta = checkpoint_meta(task, config.max_length, f"auto:{name}", source=os.path.abspath(current))
         if name == "prune":
-            from compressor.prune.configs import PruneConfig
-            from compressor.prune.stage import prune_loaded
+            from compressor.prune import PruneConfig, prune_loaded
 
             method = config_from_dict(PruneConfig, {**settings, "device": config.device,
                                                     "max_length": config.max_length}, what="prune")
             record = prune_loaded(current, task, train_set, held, method, out, meta)
             shape = read_meta(out).get("shape") or shape
         elif name == "token_prune":
+            from compressor.tokens import TokenPruneConfig
             from compressor.tokens.api import token_prune_loaded
-            from compressor.tokens.config import TokenPruneConfig
 
             method = config_from_dict(TokenPruneConfig, {**settings, "train": {
                 "device": config.device, "max_length": config.max_length}}, what="token_prune")
@@ -84,8 +83,7 @@ def build_candidate(teacher: str, task, train_set, held, params: dict, work: str
             export_onnx(current, out, parity=False)
             record = {"score": task_score(task, score_onnx(out, held))}
         else:
-            from compressor.quantize.api import quantize
-            from compressor.quantize.configs import quantize_config
+            from compressor.quantize import quantize, quantize_config
 
             extra = {"calibration_samples": min(128, len(train_set))} if settings["method"] == "static" else {}
             record = quantize(current, out, quantize_config(method=settings["method"], **extra),

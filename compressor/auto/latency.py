@@ -186,8 +186,7 @@ class LatencyTable:
     def _as_precision(self, work: str, fp32: str, precision: str) -> str:
         if precision == "fp32":
             return fp32
-        from compressor.quantize.api import quantize
-        from compressor.quantize.configs import quantize_config
+        from compressor.quantize import quantize, quantize_config
 
         out = f"{fp32}-{precision}"
         settings = {"calibration_samples": len(self.rows)} if precision == "static" else {}

@@ -28,7 +28,7 @@ def register(cli):
     def prune(method, values, recover, **common):
         """Prune MODEL, a task checkpoint folder (and recover it); writes the smaller model and
         metrics.json to the --out folder."""
-        from compressor.prune.stage import prune as run
+        from compressor.prune.api import prune as run
 
         settings = {"method": method, **key_values(values, "set")}
         if recover:
