@@ -117,6 +117,42 @@ def test_distillation_from_such_a_teacher_leaves_its_rows_out(teacher, tmp_path,
     _, held = holdout.split(load_data(get_task("sst2"), "train", glue_dir), holdout.record_of(teacher)[0], teacher)
     assert not set(texts(held)) & set(texts(trained_on[0]))
     assert set(texts(held)) <= set(texts(load_data(get_task("sst2"), "train", glue_dir, 64)))   # else this proves nothing
+    # the student records the rows too (it never trained on them): work from it finds them there
+    student = str(tmp_path / "student")
+    assert holdout.record_of(student) == (holdout.record_of(teacher)[0], student)
+
+
+def test_a_recipe_stage_folder_carries_the_held_rows_to_later_runs(teacher, tmp_path, glue_dir):
+    """A stage's folder of one run is the input of another (token pruning on a chain's pruned
+    student): that run's held-out choice needs the teacher's rows, which the folder records."""
+    from compressor.core.data import holdout
+    from compressor.recipe import run_recipe
+
+    first = tmp_path / "first.yaml"
+    first.write_text(f"""name: first
+task: sst2
+data: {{train_limit: 40, dev_limit: 16}}
+teacher: {teacher}
+device: cpu
+stages:
+  - prune: {{method: structured, heads: 0.5, ffn: 0.5, recover: {{mode: none}}}}
+""")
+    manifest = run_recipe(str(first), str(tmp_path / "run1"), data_dir=glue_dir, log=lambda m: None)
+    pruned = str(tmp_path / "run1" / manifest["stages"][-1]["dir"])
+    assert holdout.record_of(pruned) == (holdout.record_of(teacher)[0], pruned)
+    second = tmp_path / "second.yaml"
+    second.write_text(f"""name: second
+task: sst2
+data: {{train_limit: 40, dev_limit: 16}}
+teacher: {pruned}
+device: cpu
+stages:
+  - export: {{}}
+  - quantize: {{method: auto, candidates: [dynamic, fp32], max_drop: 100, min_agreement: 0, search_on: holdout}}
+""")
+    manifest = run_recipe(str(second), str(tmp_path / "run2"), data_dir=glue_dir, log=lambda m: None)
+    record = json.load(open(tmp_path / "run2" / manifest["stages"][-1]["dir"] / "record.json"))
+    assert record["search"]["search_on"] == "holdout" and record["search"]["search_rows"] == 16
 
 
 def test_bad_holdouts_are_one_line_errors(teacher, tiny_models, tmp_path, glue_dir, capsys):

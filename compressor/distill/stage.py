@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from compressor.core.data import holdout
 from compressor.core.models import count_parameters
 from compressor.core.registry import register_stage
 from compressor.engine.distiller import (DistillConfig, distill_model, general_text, load_augmented,
@@ -32,7 +33,7 @@ def distill_stage(ctx, config: DistillConfig) -> dict:
                                                  desc=f"distill {ctx.task.name}", general_set=general_set,
                                                  general_teacher=general_teacher,
                                                  general_teacher_path=general_path, augmented=augmented)
-    meta = student_meta(ctx.task, config, student, recipe=ctx.recipe.name)
+    meta = student_meta(ctx.task, config, student, recipe=ctx.recipe.name, **holdout.carried(ctx.teacher_dir))
     save_checkpoint(student, student_tok, ctx.out_dir, meta)
     return {"metrics": result["metrics"], "score": result["score"], "split": "dev",
             "parameters": count_parameters(student), "student": result["student"],

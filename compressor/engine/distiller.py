@@ -575,7 +575,8 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
         "config": asdict(config), "versions": versions(),
     }
     meta = student_meta(task_spec, config, student_net, teacher=os.path.abspath(teacher_path)
-                        if os.path.isdir(teacher_path) else teacher_path, **data_meta(user_data))
+                        if os.path.isdir(teacher_path) else teacher_path, **data_meta(user_data),
+                        **holdout.carried(teacher_path))
     if distributed.is_main():   # a teacher or student at chance says so (stderr and the record)
         chance_check(record, dev_set, score=teacher_score, prefix="distilled from a teacher at chance: ")
         chance_check(record, dev_set)

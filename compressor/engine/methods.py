@@ -39,7 +39,7 @@ def on_checkpoint(model: str, out: str, config_cls: type, config, settings: dict
     start = time.perf_counter()
     # the length the new model works at: the method's own, else its training run's
     max_length = getattr(config, "max_length", None) or config.train.max_length
-    meta = checkpoint_meta(task_spec, max_length, what, **data_meta(user_data))
+    meta = checkpoint_meta(task_spec, max_length, what, **data_meta(user_data), **holdout.carried(path))
     with TrackerLogs() as logs:   # trackers' logs (report_to) end up in out/runs
         record = run(path, task_spec, train_set, dev_set, config, out, meta)
     record.update({"task": task_spec.name, "model": model,

@@ -78,8 +78,12 @@ class StageContext:
 
     def meta(self, made_by: str, max_length: int) -> dict:
         # the user's files (path, sha256, columns): later commands on a stage's folder need not be told them
+        # and the teacher's held-out rows, which no stage trains on: later runs from a stage's
+        # folder (a token-pruning recipe on a chain's pruned student, say) still find them
+        from compressor.core.data import holdout
+
         return checkpoint_meta(self.task, max_length, made_by, recipe=self.recipe.name,
-                               **data_meta(self.recipe.user_data))
+                               **data_meta(self.recipe.user_data), **holdout.carried(self.teacher_dir))
 
 
 def run_recipe(recipe, out: str, data_dir: Optional[str] = None, device: Optional[str] = None,

@@ -69,6 +69,16 @@ def record_of(path: Optional[str], hops: int = 8) -> Tuple[Optional[dict], Optio
     return None, None
 
 
+def carried(parent: Optional[str]) -> dict:
+    """What a checkpoint made from ``parent`` (a teacher, or a model made from one) records of
+    the rows held out: ``{"holdout": record}`` when ``parent`` or its sources held rows out
+    (its training left them out too, so a later choice on them is still made on unseen rows),
+    else ``{}``. Written into the new checkpoint's ``compressor.json``, it lets work that starts
+    from that checkpoint find the rows without the chain of folders it came from."""
+    record, _ = record_of(parent)
+    return {"holdout": record} if record else {}
+
+
 def training_and_held(task_spec, data_dir: Optional[str], limit: Optional[int], user_data,
                       teacher: Optional[str]):
     """``(training rows, held rows)`` for work that starts from ``teacher`` (or from a model made
