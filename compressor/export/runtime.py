@@ -194,6 +194,14 @@ def _folder_runtimes():
 FOLDER_RUNTIMES = _folder_runtimes()
 
 
+OPENVINO_FORMAT = "compressor-openvino/1"   # the manifest format of an OpenVINO IR folder
+
+
+def _format(folder: str) -> Optional[str]:
+    manifest = os.path.join(folder, "manifest.json")
+    return read_manifest(manifest).get("format") if os.path.isfile(manifest) else None
+
+
 def is_segments(folder: str) -> bool:
     """Whether ``folder`` is an early-exit export: ONNX segments that one graph cannot stand for
     (its first segment ends in the first exit, not in the model's classifier)."""
@@ -220,11 +228,18 @@ def read_manifest(path: str) -> dict:
 
 def open_graph(folder: str, threads: Optional[int] = None, providers: Optional[list] = None,
                model_file: Optional[str] = None, spinning: bool = True):
-    """What runs an export folder: the ``Predictor``, or for an early-exit export the segment chain
-    (``compressor.exit.runtime.SegmentChain``, which stops each row at its exit). Both give
+    """What runs an export folder: the ``Predictor``, for an early-exit export the segment chain
+    (``compressor.exit.runtime.SegmentChain``, which stops each row at its exit), for an OpenVINO
+    folder the ``OpenVINOPredictor`` (``compressor.export.openvino_runtime``). Both give
     ``encode``, ``run``, ``logits`` and ``predict``; scoring, ``predict --onnx`` and the benchmark
     open every folder here, so an early-exit export is scored and timed as it is deployed.
     ``spinning`` is the ``Predictor``'s; a chain's sessions never spin."""
+    if _format(folder) == OPENVINO_FORMAT:   # compressor.export.openvino_runtime
+        if model_file is not None:
+            raise ExportError(f"{folder} is an OpenVINO folder: it runs its own model.xml, not {model_file}")
+        from compressor.export.openvino_runtime import OpenVINOPredictor
+
+        return OpenVINOPredictor(folder, threads=threads)
     if is_segments(folder):
         if model_file is not None:
             raise ExportError(f"{folder} is an early-exit export (segments): there is no single graph "
