@@ -428,6 +428,7 @@ def build(cls, values, path: tuple, what: str, prefix: str, defaults: Optional[d
         config = cls(**kwargs)
     except CompressorError as exc:
         return None, problems + [(path, say(str(exc)))]
+    _note_given(config, kwargs)
     bad = {p[len(path)] for p, _ in problems if len(p) > len(path)}
     problems += [((*path, key), say(message)) for key, message in field_problems(config, prefix=prefix)
                  if key not in bad]
@@ -438,6 +439,33 @@ def build(cls, values, path: tuple, what: str, prefix: str, defaults: Optional[d
             key = next((k for k in values if str(exc).startswith(f"{prefix}{k}")), None)
             problems.append(((*path, key) if key is not None else path, say(str(exc))))
     return config, problems
+
+
+_GIVEN = "_settings_given"   # the attribute that keeps the keys a config was built from
+
+
+def _note_given(config, keys) -> None:
+    try:
+        object.__setattr__(config, _GIVEN, frozenset(keys))
+    except (AttributeError, TypeError):   # a config with __slots__: only its values tell
+        pass
+
+
+def given(config) -> frozenset:
+    """The settings of ``config`` set on purpose: the keys of the mapping it was built from
+    (a recipe's, ``KEY=VALUE`` options', a Python caller's; recipe-wide defaults that reached it
+    included), and every setting whose value differs from its field's default (a config made
+    in Python, or copied with ``dataclasses.replace``). A setting left out keeps its default, which
+    a caller may fill from elsewhere (recovery training takes the stage's device)."""
+    keys = set(getattr(config, _GIVEN, ()))
+    for f in dataclasses.fields(config):
+        if not f.init or f.name in keys:
+            continue
+        default = (f.default if f.default is not dataclasses.MISSING else
+                   f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        if default is dataclasses.MISSING or getattr(config, f.name) != default:
+            keys.add(f.name)
+    return frozenset(keys)
 
 
 def _pick(base, values: dict, name: str):

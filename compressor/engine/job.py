@@ -21,7 +21,7 @@ from compressor.core.metrics import task_score
 from compressor.engine.scoring import score
 from compressor.engine.layerdrop import LayerDrop
 from compressor.engine.teacher import load_teacher
-from compressor.engine.train import Callback, fit, task_loss
+from compressor.engine.train import Callback, fit, set_seed, task_loss
 from compressor.engine.recovery import RecoveringConfig
 
 
@@ -83,7 +83,8 @@ class RecoveryJob:
         settings = self.config.recover
         if settings.mode == "none":
             return None
-        train = settings.train
+        train = self.config.recovery_train()   # the stage's device, seed and max_length where it sets none
+        set_seed(train.seed)   # dropout draws as the shuffle: from the recovery's seed, in either mode
         callbacks = list(self.job_callbacks()) + list(callbacks)
         if settings.mode == "finetune":
             result = fit(self.model, self.tokenizer, self.train_set, self.dev_set, train,

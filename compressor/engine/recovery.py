@@ -4,16 +4,27 @@ from the unchanged model), the teacher, the data and the device. The job that ru
 :class:`compressor.engine.job.RecoveryJob`."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
 from compressor.core.errors import CompressorError
-from compressor.core.settings import check_fields, from_values, positive, section_of, setting, stage_folder
+from compressor.core.settings import (
+    check_fields,
+    from_values,
+    given,
+    positive,
+    section_of,
+    setting,
+    stage_folder,
+)
 from compressor.core.settings import device as device_setting
 from compressor.engine.losses import KDSettings, Losses
 from compressor.engine.train_config import TrainConfig, teacher_setting, train_setting
 
 RECOVERY = ("none", "finetune", "distill")
+# what recovery training takes from its stage unless recover.train sets it
+INHERITED = ("device", "seed", "max_length")
 
 
 def fraction(value, name, config=None) -> Optional[str]:
@@ -26,7 +37,8 @@ def fraction(value, name, config=None) -> Optional[str]:
 class RecoverSettings:
     """Training after each pruning step: ``mode`` none, finetune (task loss) or distill (from
     the unpruned model, with ``losses``; soft targets by default), with ``train``'s settings
-    (``recover: {mode: distill, train: {epochs: 1, lr: 5e-5}}``)."""
+    (``recover: {mode: distill, train: {epochs: 1, lr: 5e-5}}``). ``train``'s device, seed and
+    max_length are the stage's unless it sets them (:meth:`RecoveringConfig.recovery_train`)."""
 
     mode: str = setting("distill", choices=RECOVERY)
     losses: Losses = field(default_factory=lambda: Losses(kd=KDSettings()))   # distill only: name -> settings
@@ -69,3 +81,12 @@ class RecoveringConfig:
     def check(self) -> None:
         check_fields(self)
         self.recover.check()
+
+    def recovery_train(self):
+        """The training settings of the recovery run: ``recover.train`` with the stage's device,
+        seed and max_length (a recipe's ``device:`` and ``seed:`` reach them through the stage)
+        in place of those it does not set itself (:func:`compressor.core.settings.given`)."""
+        train = self.recover.train
+        own = given(train)
+        changes = {name: getattr(self, name) for name in INHERITED if name not in own}
+        return dataclasses.replace(train, **changes) if changes else train
