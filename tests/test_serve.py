@@ -170,6 +170,8 @@ def test_concurrent_requests_share_batches(client):
     before = client.get("/metrics").text
     runs_before = metric(before, "compressor_batch_size_count")
     ones_before = metric(before, 'compressor_batch_size_bucket{le="1.0"}')
+    client.post("/predict", json={"inputs": TEXTS[:2]})   # a batch of two: busy, so texts wait for company
+    runs_before += 1
     with ThreadPoolExecutor(8) as pool:   # 8 clients at once, one text each; the batcher waits 200 ms
         replies = list(pool.map(lambda t: client.post("/predict", json={"inputs": t}), TEXTS + TEXTS[:2]))
     assert all(r.status_code == 200 for r in replies)
@@ -223,12 +225,43 @@ def test_int8_and_early_exit_folders_are_served_as_predict_runs_them(export_dir,
     for folder in (int8, segments):
         expected = offline(folder, tmp_path, TEXTS)
         with TestClient(create_app(folder, ServeConfig(max_wait_ms=100.0))) as c:
+            c.post("/predict", json={"inputs": TEXTS[:2]})   # busy: the next texts wait for company
             with ThreadPoolExecutor(len(TEXTS)) as pool:
                 replies = list(pool.map(lambda t: c.post("/predict", json={"inputs": t}).json(), TEXTS))
             batched = metric(c.get("/metrics").text, "compressor_batch_size_count")
-        assert batched < len(TEXTS)
+        assert batched < 1 + len(TEXTS)
         for answer, want in zip(replies, expected):
             assert_same_as_offline(answer, want)
+
+
+def test_a_static_int8_graph_batches_exactly_and_is_served_batched(export_dir, tmp_path, glue_dir):
+    """Fixed activation ranges: a text's answer does not depend on the texts it shares a batch with
+    (up to padding, which the attention mask hides), so ``--rows auto`` runs it together; the
+    served answers are predict's within float rounding."""
+    from compressor.core.data import load_split
+    from compressor.quantize import OrtStaticConfig, quantize
+
+    static = str(tmp_path / "static")
+    quantize(export_dir, static, OrtStaticConfig(calibration_samples=16, preset="avx512_vnni"),
+             train_set=load_split("sst2", "train", glue_dir, limit=16),
+             dev_set=load_split("sst2", "dev", glue_dir, limit=8))
+    graph, _, _, alone, kind = open_model(static, ServeConfig())
+    assert kind == "int8-static" and not alone
+    texts = TEXTS + [t + " , and then some more words to pad the others" for t in TEXTS]
+    one_by_one = graph.logits(texts, batch_size=1)
+    for group in (len(texts), 4):   # one run padded to the longest; groups of like length
+        together = graph.logits(texts, batch_size=group)
+        assert np.abs(together - one_by_one).max() <= 1e-5
+        assert (together.argmax(-1) == one_by_one.argmax(-1)).all()
+    expected = offline(static, tmp_path, texts)
+    with TestClient(create_app(static, ServeConfig(max_wait_ms=300.0, bucket=32))) as c:
+        c.post("/predict", json={"inputs": ["warm", "up"]})   # a batch of two: the server counts as busy
+        with ThreadPoolExecutor(len(texts)) as pool:
+            replies = list(pool.map(lambda t: c.post("/predict", json={"inputs": t}).json(), texts))
+        page = c.get("/metrics").text
+    assert metric(page, "compressor_batch_size_count") < 1 + len(texts)   # texts shared runs
+    for answer, want in zip(replies, expected):
+        assert_same_as_offline(answer, want)
 
 
 def test_serving_imports_no_torch(export_dir):
@@ -251,10 +284,11 @@ class SlowGraph:
     labels, regression = ["short", "long"], False
 
     def __init__(self, delay=0.0):
-        self.delay, self.runs = delay, []
+        self.delay, self.runs, self.groups = delay, [], []
 
     def logits(self, texts, batch_size=1):
         self.runs.append(len(texts))
+        self.groups.append(batch_size)
         time.sleep(self.delay)
         return np.array([[0.0, float(len(t))] for t in texts], np.float32)
 
@@ -273,6 +307,32 @@ def test_the_batcher_runs_up_to_max_batch_together_and_answers_what_is_queued_be
 
     runs, rows = asyncio.run(scenario())
     assert runs == [4, 4, 2] and [r[0][1] for r in rows] == list(range(1, 11))
+
+
+@pytest.mark.unit
+def test_a_lone_text_runs_at_once_and_a_busy_server_waits_for_company_in_groups_of_bucket():
+    """The wait applies only after a batch of more than one text (the server is busy); a batch
+    runs in groups of at most ``bucket`` texts (the runtime sorts them by token count)."""
+    async def scenario():
+        graph = SlowGraph()
+        batcher = Batcher(graph, max_batch=16, max_wait_ms=400.0, bucket=3)
+        batcher.start()
+        t0 = time.perf_counter()
+        await batcher.submit(["alone"])   # idle server: no 400 ms wait
+        lone = time.perf_counter() - t0
+        await batcher.submit(["a", "bb", "ccc", "dddd", "eeeee"])   # one request, five texts: one batch
+        t0 = time.perf_counter()   # busy now: the next text waits for company, joined by a late one
+        first = asyncio.ensure_future(batcher.submit(["x"]))
+        await asyncio.sleep(0.1)
+        late = await batcher.submit(["yy"])
+        await first
+        waited = time.perf_counter() - t0
+        await batcher.stop()
+        return lone, waited, graph, late
+
+    lone, waited, graph, late = asyncio.run(scenario())
+    assert lone < 0.2 and 0.3 < waited < 2.0, (lone, waited)
+    assert graph.runs == [1, 5, 2] and graph.groups == [1, 3, 2] and late[0][1] == 2.0
 
 
 def _free_port():

@@ -6,8 +6,11 @@ import click
 HELP = {
     "host": "Address to listen on (0.0.0.0: every interface).",
     "port": "TCP port (0: any free one; the line printed at start names it).",
-    "max_batch": "Most texts one run of the model takes (1: no batching, each text runs as it comes).",
-    "max_wait_ms": "Longest a text waits for others to share its batch.",
+    "max_batch": "Most texts one batch gathers (1: no batching, each text runs as it comes).",
+    "max_wait_ms": "Longest a text waits for others to share its batch (only while the server is busy: "
+                   "a lone client's text runs at once).",
+    "bucket": "A batch runs in groups of at most this many texts of like token count, each padded to "
+              "its own longest (less padding computed).",
     "workers": "Server processes, each with its own model, batcher and /metrics counters.",
     "max_body_bytes": "Largest request body in bytes (413 beyond).",
     "max_texts": "Most texts in one request (413 beyond).",

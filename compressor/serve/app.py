@@ -68,14 +68,15 @@ def create_app(folder: str, config: Optional[ServeConfig] = None, model=None) ->
         configure_logging()
         state.model = model or open_model(folder, config)
         graph, _, _, alone, kind = state.model
-        state.batcher = Batcher(graph, config.max_batch, config.max_wait_ms, alone,
+        state.batcher = Batcher(graph, config.max_batch, config.max_wait_ms, alone, bucket=config.bucket,
                                 on_batch=metrics.batch,
                                 on_queue=lambda depth: setattr(metrics, "queue_depth", depth))
         state.batcher.start()
         state.ready = True
         log.info("ready", extra={"fields": {"event": "ready", "folder": folder, "kind": kind,
                                             "pid": os.getpid(), "max_batch": config.max_batch,
-                                            "max_wait_ms": config.max_wait_ms, "alone": alone}})
+                                            "max_wait_ms": config.max_wait_ms, "bucket": config.bucket,
+                                            "alone": alone}})
         try:
             yield
         finally:

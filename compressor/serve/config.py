@@ -23,8 +23,9 @@ class ServeConfig:
     """How ``compressor serve`` listens, batches and limits requests."""
     host: str = "127.0.0.1"           # address to listen on (0.0.0.0: every interface)
     port: int = setting(8000, check=_port)   # TCP port
-    max_batch: int = setting(32, check=at_least_one)   # most texts one run of the model takes
-    max_wait_ms: float = setting(5.0, check=not_negative)   # longest a text waits for others to batch with
+    max_batch: int = setting(32, check=at_least_one)   # most texts one batch gathers
+    max_wait_ms: float = setting(5.0, check=not_negative)   # longest a text waits for others (only while busy)
+    bucket: int = setting(8, check=at_least_one)   # a batch runs in groups of this many texts of like length
     threads: Optional[int] = setting(None, check=at_least_one)   # onnxruntime threads [default: OMP_NUM_THREADS, else its own]
     workers: int = setting(1, check=at_least_one)   # server processes, each with its own model and batcher
     max_body_bytes: int = setting(1 << 20, check=at_least_one)   # largest request body (413 beyond)
