@@ -6,6 +6,7 @@ import json
 import os
 
 import numpy as np
+import onnx
 import pytest
 import torch
 import transformers
@@ -181,6 +182,11 @@ def test_the_folder_reloads_and_its_onnx_graph_drops_the_same_tokens(tmp_path, m
     manifest = export_onnx(str(out), str(tmp_path / "onnx"), data_dir=glue_dir, parity_limit=40)
     assert manifest["parity"]["identical_predictions"] == 1.0
     assert manifest["parity"]["max_abs_logit_diff"] < 1e-4
+    if arch == "mpnet":   # every layer's attention fused, the two deciding ones giving their scores too
+        fusion = manifest["optimization"]["attention"]["mpnet_fusion"]
+        assert fusion["fused"] == 3 and fusion["probs_output"] == [0, 1]
+        ops = [n.op_type for n in onnx.load(str(tmp_path / "onnx" / "model.onnx")).graph.node]
+        assert ops.count("MultiHeadAttention") == 3 and ops.count("Softmax") == 2
     predictor = Predictor(str(tmp_path / "onnx"))
     texts = [("the cat sat on the mat and looked around the quiet room", "a dog slept by the door"),
              ("short", "and a much longer second sentence with many more words in it")]

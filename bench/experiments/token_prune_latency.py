@@ -24,10 +24,21 @@ pairs; SST-2: short sentences), at batch 1:
         --out bench/results/token-prune/mpnet6-half-latency-cpu.json
 
 ``--extra NAME=EXPORT_FOLDER`` times an export made elsewhere beside them (an earlier version's
-graph, say).
+graph, say). ``--unfused NAME`` also exports schedule NAME with its deciding layers' attention
+left unfused (``fuse_mpnet_attention(probs_output=False)``, the export before those layers fused
+through the ``MultiHeadAttention`` scores output), as ``NAME-unfused`` (and its INT8 where
+``--int8 NAME``), so the two are timed in the same rounds:
+
+    GLUE_DIR=../shared/glue_data .venv/bin/python -m bench.experiments.token_prune_latency \\
+        --mpnet /tmp/mpnet --work /tmp/tp-fused --rows 100 --threads 1 --profile \\
+        --schedule 'every-0.7=[0.7,0.7,0.7,0.7,0.7]' --schedule 'first3-0.6=[0.6,0.6,0.6,1,1]' \\
+        --unfused every-0.7 --unfused first3-0.6 --int8 first3-0.6 \\
+        --out bench/results/token-prune/mpnet6-half-fused-deciders-cpu.json
 """
 import argparse
 import collections
+import contextlib
+import functools
 import json
 import os
 import sys
@@ -67,8 +78,23 @@ def build_model(mpnet: str, work: str) -> str:
     return half
 
 
-def build_graphs(model: str, work: str, schedules: dict, int8: list) -> dict:
-    """``{name: export folder}``: the unpruned graph, one per schedule, and their INT8."""
+@contextlib.contextmanager
+def deciders_unfused():
+    """Exports made inside leave the attention of layers whose probabilities are read elsewhere
+    (token pruning's deciding layers) unfused, as the toolkit did before it fused them."""
+    from compressor.export import mpnet_fusion
+
+    original = mpnet_fusion.fuse_mpnet_attention
+    mpnet_fusion.fuse_mpnet_attention = functools.partial(original, probs_output=False)
+    try:
+        yield
+    finally:
+        mpnet_fusion.fuse_mpnet_attention = original
+
+
+def build_graphs(model: str, work: str, schedules: dict, int8: list, unfused: tuple = ()) -> dict:
+    """``{name: export folder}``: the unpruned graph, one per schedule (and ``NAME-unfused`` for
+    the schedules in ``unfused``), and their INT8."""
     from compressor.core.data import get_task, load_data
     from compressor.export.onnx import export_onnx, read_manifest
     from compressor.quantize.api import quantize
@@ -83,19 +109,24 @@ def build_graphs(model: str, work: str, schedules: dict, int8: list) -> dict:
             token_prune(model, folder, {"by": "ratio", "keep": keep, "learn": False, "hard_epochs": 0},
                         train_limit=8, dev_limit=8)
         sources[name] = folder
+    for name in unfused:
+        sources[f"{name}-unfused"] = sources[name]
     dev = load_data(get_task("rte"), "dev", os.environ.get("GLUE_DIR"), 16)
     for name, source in sources.items():
         out = os.path.join(work, f"{name}-onnx")
         if not os.path.isdir(out):
-            export_onnx(source, out, parity_limit=64)
+            with deciders_unfused() if name.endswith("-unfused") else contextlib.nullcontext():
+                export_onnx(source, out, parity_limit=64)
         manifest = read_manifest(out)
         graphs[name] = out
+        fusion = ((manifest.get("optimization") or {}).get("attention") or {}).get("mpnet_fusion") or {}
         info[name] = {"fusions": (manifest.get("optimization") or {}).get("fusions"),
+                      "mpnet_fusion": {k: fusion.get(k) for k in ("fused", "softmax", "probs_output")},
                       "parity": {k: manifest["parity"][k] for k in ("rows", "max_abs_logit_diff",
                                                                     "identical_predictions")
                                  if k in manifest.get("parity", {})},
                       "nodes": _nodes(out)}
-        if name == "unpruned" or name in int8:
+        if name == "unpruned" or name in int8 or (name.endswith("-unfused") and name[:-len("-unfused")] in int8):
             q = os.path.join(work, f"{name}-int8")
             if not os.path.isdir(q):
                 quantize(out, q, OrtDynamicConfig(), dev_set=dev)
@@ -163,6 +194,8 @@ def main(argv=None):
     parser.add_argument("--schedule", action="append", default=[], metavar="NAME=[k1,...,k5]")
     parser.add_argument("--int8", action="append", default=[], help="schedules also timed as dynamic INT8")
     parser.add_argument("--extra", action="append", default=[], metavar="NAME=EXPORT_FOLDER")
+    parser.add_argument("--unfused", action="append", default=[],
+                        help="schedules also exported with their deciding layers' attention unfused")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
@@ -184,7 +217,7 @@ def main(argv=None):
     work = args.work or tempfile.mkdtemp()
     os.makedirs(work, exist_ok=True)
     model = build_model(args.mpnet, work)
-    graphs, info = build_graphs(model, work, schedules, args.int8)
+    graphs, info = build_graphs(model, work, schedules, args.int8, tuple(args.unfused))
     for item in args.extra:
         name, folder = item.split("=", 1)
         graphs[name] = folder

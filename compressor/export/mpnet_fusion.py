@@ -21,6 +21,12 @@ pruning left layers with their own heads (each layer then Gathers its columns
 of the shared bias). The head count of each node is its own layer's: the query
 width over the head size. A layer whose graph is not exactly this pattern stays
 unfused, and the report says how many fused.
+
+A layer whose attention probabilities are also read elsewhere (token pruning's
+deciding layers score the tokens with them) fuses too: the node's fourth output
+``qk`` (the scaled scores plus ``attention_bias``, what the Softmax takes) feeds
+the original Softmax, which now serves only those readers, so the probabilities
+are the same as before and the report lists the layer under ``probs_output``.
 """
 from __future__ import annotations
 
@@ -33,16 +39,19 @@ import numpy as np
 _LAYER = re.compile(r"layer[._/](\d+)")
 
 
-def fuse_mpnet_attention(model, head_size: int) -> dict:
+def fuse_mpnet_attention(model, head_size: int, probs_output: bool = True) -> dict:
     """Fuse every matching attention block of ``model`` (an onnxruntime ``OnnxModel``) in place.
 
+    ``probs_output``: also fuse blocks whose probabilities have other readers (through the
+    node's ``qk`` output and the kept Softmax); False leaves those unfused.
     Returns ``{"tool", "fused": n, "softmax": m, "nodes": [{"name", "layer", "num_heads"}],
-    "per_layer": {layer: count}}``; ``skipped`` says why a Softmax did not fuse.
+    "per_layer": {layer: count}, "probs_output": [layer, ...]}``; ``skipped`` says why a
+    Softmax did not fuse.
     """
     from onnx import helper, numpy_helper
 
     report = {"tool": "compressor.export.mpnet_fusion (MultiHeadAttention with attention_bias)",
-              "fused": 0, "softmax": 0, "nodes": [], "per_layer": {}}
+              "fused": 0, "softmax": 0, "nodes": [], "per_layer": {}, "probs_output": []}
     if head_size <= 0:
         report["skipped"] = ["no head size"]
         return report
@@ -52,7 +61,7 @@ def fuse_mpnet_attention(model, head_size: int) -> dict:
     remove, add, skipped = [], [], []
     for softmax in [n for n in model.model.graph.node if n.op_type == "Softmax"]:
         report["softmax"] += 1
-        match = _match(model, softmax, out_to_node, in_to_nodes, head_size)
+        match = _match(model, softmax, out_to_node, in_to_nodes, head_size, probs_output)
         if isinstance(match, str):
             skipped.append(f"{softmax.name}: {match}")
             continue
@@ -68,15 +77,25 @@ def fuse_mpnet_attention(model, head_size: int) -> dict:
             np.concatenate([match["q_bias"], match["k_bias"], match["v_bias"]]).astype(np.float32),
             name + "_qkv_bias")
         model.add_initializer(qkv_bias)
+        outputs = [match["output"]]
+        if match["probs_read"]:   # the Softmax stays, fed by the fused node's scores (qk)
+            scores = name + "_qk"
+            outputs += ["", "", scores]
+            softmax.input[0] = scores
+            # qk's type is a constraint of its own, which onnxruntime cannot infer from the inputs
+            model.model.graph.value_info.append(
+                helper.make_tensor_value_info(scores, _elem_type(model, softmax.output[0]), None))
         mha = helper.make_node(
             "MultiHeadAttention",
             [match["q"], match["k"], match["v"], qkv_bias.name, "", summed[key]],
-            [match["output"]], name=name, domain="com.microsoft",
+            outputs, name=name, domain="com.microsoft",
             num_heads=match["num_heads"], scale=match["scale"])
         add.append(mha)
         remove.extend(match["nodes"])
         layer = _LAYER.search(softmax.name)
         layer = int(layer.group(1)) if layer else None
+        if match["probs_read"]:
+            report["probs_output"].append(layer)
         report["nodes"].append({"name": name, "layer": layer, "num_heads": match["num_heads"]})
         report["per_layer"][str(layer)] = report["per_layer"].get(str(layer), 0) + 1
         report["fused"] += 1
@@ -92,8 +111,11 @@ def fuse_mpnet_attention(model, head_size: int) -> dict:
     return report
 
 
-def _match(model, softmax, out_to_node, in_to_nodes, head_size: int):
-    """The parts of one attention block around ``softmax``, or a string saying what did not match."""
+def _match(model, softmax, out_to_node, in_to_nodes, head_size: int, probs_output: bool = True):
+    """The parts of one attention block around ``softmax``, or a string saying what did not match.
+
+    ``probs_read``: the probabilities have readers besides ``MatMul(probs, v)`` (allowed with
+    ``probs_output``; the Softmax is then not among the nodes removed)."""
     # Softmax <- Add <- Add <- Div|Mul <- MatMul(q, k^T): two addends (bias, mask), in either order
     addends, chain, node = [], [], out_to_node.get(softmax.input[0])
     for step in range(2):
@@ -119,9 +141,12 @@ def _match(model, softmax, out_to_node, in_to_nodes, head_size: int):
     k = _projection(model, out_to_node.get(scores.input[1]), [0, 2, 3, 1], out_to_node)
     # probs @ v -> Transpose(0,2,1,3) -> Reshape [batch, seq, width]
     users = in_to_nodes.get(softmax.output[0], [])
-    if len(users) != 1 or users[0].op_type != "MatMul" or users[0].input[0] != softmax.output[0]:
+    contexts = [u for u in users if u.op_type == "MatMul" and u.input[0] == softmax.output[0]]
+    probs_read = len(users) > len(contexts) or \
+        softmax.output[0] in {o.name for o in model.model.graph.output}
+    if len(contexts) != 1 or (probs_read and not probs_output):
         return "Softmax does not feed MatMul(probs, v) alone"
-    context = users[0]
+    context = contexts[0]
     v = _projection(model, out_to_node.get(context.input[1]), [0, 2, 1, 3], out_to_node)
     for what, part in (("query", q), ("key", k), ("value", v)):
         if isinstance(part, str):
@@ -148,7 +173,7 @@ def _match(model, softmax, out_to_node, in_to_nodes, head_size: int):
         nodes += part["nodes"]
     inside = {id(n) for n in nodes}
     for n in nodes:
-        if n is reshape[0]:   # its output is what the fused node writes
+        if n is reshape[0] or (probs_read and n is softmax):   # outputs that stay
             continue
         for out in n.output:
             if any(id(user) not in inside for user in in_to_nodes.get(out, [])) or \
@@ -156,7 +181,19 @@ def _match(model, softmax, out_to_node, in_to_nodes, head_size: int):
                 return f"{n.name} is used outside the attention block"
     return {"q": q["matmul"].output[0], "k": k["matmul"].output[0], "v": v["matmul"].output[0],
             "q_bias": q["bias"], "k_bias": k["bias"], "v_bias": v["bias"], "addends": addends,
-            "num_heads": num_heads, "scale": scale, "output": reshape[0].output[0], "nodes": nodes}
+            "num_heads": num_heads, "scale": scale, "output": reshape[0].output[0],
+            "nodes": [n for n in nodes if not (probs_read and n is softmax)], "probs_read": probs_read}
+
+
+def _elem_type(model, name: str) -> int:
+    """The element type recorded for tensor ``name`` (float32 where none is)."""
+    from onnx import TensorProto
+
+    graph = model.model.graph
+    for info in list(graph.value_info) + list(graph.output):
+        if info.name == name and info.type.tensor_type.elem_type:
+            return info.type.tensor_type.elem_type
+    return TensorProto.FLOAT
 
 
 def _scores_matmul(node, out_to_node):
