@@ -22,9 +22,11 @@ from compressor.core.errors import CompressorError
 
 optuna = pytest.importorskip("optuna")
 
-# layers 1-2, all heads or half of them, FP32 (4 points; no test here checks INT8)
+# layers 1-2, all heads or half of them, FP32, no exits (4 points; mixed INT8 and exits are built in
+# test_mixed_int8_and_early_exit_candidates); no recovery but in the fixture's search
 SPACE = {"heads": [0.0, 0.5], "ffn": [0.0], "tokens": [1.0], "vocab": [False], "precisions": ["fp32"],
-         "layer_rules": ["top"], "importance_rows": 16, "max_drop": 100}
+         "layer_rules": ["top"], "exits": ["none"], "importance_rows": 16, "max_drop": 100,
+         "recover_candidates": 0}
 DATA = ["--train-limit", "64", "--dev-limit", "16"]
 
 
@@ -100,7 +102,8 @@ def searched(tmp_path_factory, minilm_dir, glue_dir):
          "--holdout", "16", "--epochs", "1", "--batch-size", "16", "--max-length", "16", "--device", "cpu"])
     table, out = root / "table.json", root / "search"
     # seed 12 draws three different points, one with half the heads (optuna 5.0's NSGA-II)
-    cli(auto_args(teacher, out, table, glue_dir, "--trials", "3", "--seed", "12", "--check-models", "1"))
+    cli(auto_args(teacher, out, table, glue_dir, "--trials", "3", "--seed", "12", "--check-models", "1",
+                  "--recover-candidates", "1", "--recover", "epochs=1", "--recover", "batch_size=16"))
     return SimpleNamespace(plain=plain, teacher=teacher, table=str(table), out=out,
                            seq=json.load(open(out / "auto.json"))["seq_len"])
 
@@ -127,10 +130,82 @@ def test_settings_refuse_bad_values_in_one_line():
     for bad, words in (({"budget": "4 hours"}, "30m or 4h"), ({"heads": [1.5]}, "shares in [0, 1)"),
                        ({"precisions": ["int4"]}, "unknown precisions 'int4'"),
                        ({"storage": "study.db"}, "journal:PATH"), ({"target": "tpu"}, "tpu"),
-                       ({"target": "gpu"}, "not built yet")):
+                       ({"exits": ["sometimes"]}, "unknown exits 'sometimes'"), ({"mixed_fp32": [0]}, "unit counts"),
+                       ({"recover": {"mode": "sometimes"}}, "sometimes")):
         with pytest.raises(CompressorError) as err:
             config_from_dict(AutoConfig, bad, what="auto").check()
         assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.unit
+def test_target_gpu_is_refused_in_one_line_without_a_gpu(monkeypatch, capsys, tmp_path):
+    import onnxruntime
+
+    from compressor.auto.config import AutoConfig
+    from compressor.cli import main
+    from compressor.core.settings import config_from_dict
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    with pytest.raises(CompressorError) as err:
+        config_from_dict(AutoConfig, {"target": "gpu", "precisions": ["fp32"]}, what="auto").check()
+    assert "--target gpu needs a GPU" in str(err.value) and "\n" not in str(err.value)
+    # the command: one line, exit 1, nothing written
+    with pytest.raises(SystemExit) as exit_info:
+        main(["auto", str(tmp_path / "teacher"), "--out", str(tmp_path / "o"), "--target", "gpu"])
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 1 and len(err_lines) == 1 and "CUDAExecutionProvider" in err_lines[0]
+    assert not (tmp_path / "o").exists()
+    # with a GPU, INT8 precisions are refused (onnxruntime's INT8 kernels are the CPU's)
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    config_from_dict(AutoConfig, {"target": "gpu", "precisions": ["fp32"]}, what="auto").check()
+    with pytest.raises(CompressorError, match="drop dynamic, mixed from --precisions"):
+        config_from_dict(AutoConfig, {"target": "gpu", "precisions": ["fp32", "dynamic", "mixed"]}, what="auto").check()
+
+
+@pytest.mark.unit
+def test_recovery_goes_to_candidates_that_may_enter_the_front():
+    from compressor.auto.candidate import recipe_stages
+    from compressor.auto.config import AutoConfig
+    from compressor.auto.recovery import to_recover
+
+    pruned = recipe_stages({"layers": 1, "layer_rule": "top", "heads": 0.0, "ffn": 0.0, "vocab": False,
+                            "tokens": 1.0, "precision": "fp32"}, 2, 16)
+    whole = recipe_stages({"layers": 2, "layer_rule": "top", "heads": 0.0, "ffn": 0.0, "vocab": False,
+                           "tokens": 1.0, "precision": "dynamic"}, 2, 16)
+
+    def trial(number, score, ms, size=100, stages=pruned, **attrs):
+        return SimpleNamespace(number=number, values=(score, ms, size), user_attrs={"stages": stages, **attrs})
+
+    done = [trial(0, 90.0, 1.0, stages=whole),   # on the front, but nothing to recover
+            trial(1, 85.0, 0.5),                 # on the front
+            trial(2, 84.5, 0.6),                 # dominated by 1, within the margin of it
+            trial(3, 80.0, 0.7),                 # dominated by 1 by more than the margin
+            trial(4, 70.0, 0.3),                 # on the front, but outside max_drop even when recovered
+            trial(5, 85.0, 0.5, same_as=1)]      # the same model as 1
+    config = AutoConfig(max_drop=10, recover_candidates=5, recover_margin=1.0)
+    assert [t.number for t in to_recover(done, config, teacher_score=90.0)] == [1, 2]
+    config.recover_candidates = 1          # the fastest first
+    assert [t.number for t in to_recover(done, config, teacher_score=90.0)] == [1]
+    config.recover_candidates = 0
+    assert to_recover(done, config, teacher_score=90.0) == []
+    # recovery distils the last pruning step from the recipe's teacher, the others stay unrecovered
+    stages = recipe_stages({"layers": 1, "layer_rule": "top", "heads": 0.5, "ffn": 0.0, "vocab": False,
+                            "tokens": 1.0, "precision": "fp32"}, 2, 16, recover={"mode": "distill"})
+    assert stages[0]["prune"]["recover"] == {"mode": "none"}
+    assert stages[1]["prune"]["recover"] == {"mode": "distill"} and stages[1]["prune"]["teacher"] == "recipe"
+
+
+@pytest.mark.unit
+def test_exits_weight_each_layer_by_the_rows_that_reach_it():
+    from compressor.auto.candidate import NotCombinable, _reach, check_combination
+
+    assert _reach({"1": 6, "2": 2, "3": 2}, 3) == [1.0, 0.4, 0.2]
+    assert _reach({"1": 0, "2": 0, "3": 5}, 3) == [1.0, 1.0, 1.0]
+    point = {"tokens": 1.0, "precision": "dynamic", "exit": "entropy"}
+    check_combination(point)
+    for bad in ({"tokens": 0.8}, {"precision": "static"}):
+        with pytest.raises(NotCombinable):
+            check_combination({**point, **bad})
 
 
 @pytest.mark.unit
@@ -219,6 +294,67 @@ def test_auto_writes_the_front_the_report_and_a_deployable_pick(searched):
     predictor = open_graph(str(out / "pick"))
     assert predictor.logits(["a fine film", "a dull film"]).shape == (2, 2)
     assert "compressor run" in report["command"] and validate_recipe(str(out / "pick-recipe.yaml")) == []
+    # the fastest candidate with a pruning step that may enter the front was recovered and rescored
+    (number,) = report["recovery"]["recovered"]
+    row = next(r for r in report["trials"] if r["number"] == number)
+    got = row["recovered"]
+    assert got["proxy_score"] == row["score"] and got["gain"] == round(got["score"] - row["score"], 4)
+    assert 0 <= got["score"] <= 100 and os.path.exists(out / got["folder"] / "model.onnx")
+    assert any(s["prune"]["recover"]["mode"] == "distill" for s in got["stages"] if "prune" in s)
+    assert "## Recovery" in (out / "report.md").read_text()
+    final = {r["number"]: (r.get("recovered") or r) for r in done}
+    inside = [n for n in final if report["teacher_figures"]["score"] - final[n]["score"] <= 100]
+    assert pick["trial"] in inside and pick["recovered"] == (pick["trial"] == number)
+
+
+def test_mixed_int8_and_early_exit_candidates(searched, glue_dir, tmp_path):
+    """A mixed candidate keeps its most sensitive unit FP32 and is costed layer by layer at each
+    layer's precision; an early-exit candidate (mixed too) is costed by the rows that reach each
+    layer. The table is filled with figures set here (measuring is the table test's)."""
+    from compressor.auto.candidate import build_candidate
+    from compressor.auto.config import AutoConfig
+    from compressor.auto.latency import LatencyTable, seq_bucket
+    from compressor.auto.study import predict_latency
+    from compressor.core.data import data_for, get_task, holdout
+    from compressor.export.runtime import is_segments
+
+    task = get_task("sst2")
+    train_set, held = holdout.training_and_held(task, glue_dir, 64, data_for(searched.teacher, task, None),
+                                                searched.teacher)
+    config = AutoConfig(importance_rows=16, max_length=16, exit_epochs=1, device="cpu")
+    table = LatencyTable(str(tmp_path / "table.json"), searched.teacher, task, held)
+    seq = seq_bucket(searched.seq)
+    cost = {"fp32": 3.0, "dynamic": 1.0}
+    for precision, ms in cost.items():
+        table.data["overhead"][table._overhead_key(precision, seq)] = 10 * ms
+        table.data["layers"][table._layer_key(precision, seq, 4, 64)] = ms
+    point = {"layers": 2, "layer_rule": "top", "heads": 0.0, "ffn": 0.0, "vocab": False, "tokens": 1.0,
+             "precision": "mixed", "mixed_fp32": 1, "exit": "none", "exit_target": 0.9}
+
+    mixed = build_candidate(searched.teacher, task, train_set, held, point, str(tmp_path / "mixed"), 2, config)
+    (unit,) = mixed["fp32_units"]
+    quantize = mixed["stages"][-1]["quantize"]
+    assert quantize["method"] == "dynamic" and quantize["exclude"]   # the unit's nodes, named for the recipe
+    assert json.load(open(os.path.join(mixed["folder"], "quantize.json")))["config"]["exclude"] == quantize["exclude"]
+    fp32_layers = [i for i in range(2) if unit == f"layer.{i}"]
+    assert mixed["precisions"] == ["fp32" if i in fp32_layers else "dynamic" for i in range(2)]
+    rest = "dynamic" if fp32_layers else "fp32"   # embeddings or classifier FP32: the rest at FP32
+    assert mixed["overhead_precision"] == rest
+    _, ms = predict_latency(table, mixed, point, searched.seq)
+    assert ms == pytest.approx(10 * cost[rest] + sum(cost[p] for p in mixed["precisions"]))
+
+    exits = {**point, "exit": "entropy"}
+    early = build_candidate(searched.teacher, task, train_set, held, exits, str(tmp_path / "exit"), 2, config)
+    assert is_segments(early["folder"]) and 0 <= early["score"] <= 100
+    histogram = early["exits"]["histogram"]
+    assert sum(histogram.values()) == len(held) and len(early["fp32_units"]) == 1
+    assert early["stages"][-1]["early_exit_export"]["fp32_units"] == early["fp32_units"]
+    assert early["reach"][0] == 1.0 and early["reach"][1] == pytest.approx(
+        sum(c for layer, c in histogram.items() if int(layer) >= 2) / len(held), abs=1e-4)
+    _, ms = predict_latency(table, early, exits, searched.seq)
+    expected = 10 * cost[early["overhead_precision"]] + sum(
+        share * cost[p] for share, p in zip(early["reach"], early["precisions"]))
+    assert ms == pytest.approx(expected, abs=1e-3)
 
 
 @pytest.mark.e2e
@@ -350,8 +486,8 @@ data: {{train_limit: 64, dev_limit: 16}}
 teacher: {searched.teacher}
 stages:
   - auto: {{trials: 1, max_drop: 100, heads: [0, 0.5], ffn: [0], tokens: [1], vocab: [false],
-            precisions: [fp32], layer_rules: [top], importance_rows: 16, check_models: 0,
-            latency_table: {table_copy}}}
+            precisions: [fp32], exits: [none], layer_rules: [top], importance_rows: 16, check_models: 0,
+            recover_candidates: 0, latency_table: {table_copy}}}
 """)
     manifest = run_recipe(str(recipe), str(tmp_path / "run"), data_dir=glue_dir)
     folder = os.path.join(str(tmp_path / "run"), manifest["stages"][-1]["model_dir"])

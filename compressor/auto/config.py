@@ -4,24 +4,31 @@ The search space is the product of the lists below (each trial picks one value o
 how many of the teacher's layers stay (``min_layers`` up to all, chosen by a ``layer_rules``
 rule), the share of heads and FFN neurons removed in every layer (``heads``, ``ffn``), whether
 the vocabulary is cut to the task's word pieces (``vocab``), the share of tokens each layer passes
-on (``tokens``) and the precision of the exported graph (``precisions``: fp32, dynamic or static
-INT8). Nothing is trained: a candidate is scored on the held-out rows as it comes out of the
-methods (the cheap proxy), and one whose score already fell more than ``max_drop + prune_margin``
-after the PyTorch steps is pruned before it is exported.
+on (``tokens``), the precision of the exported graph (``precisions``: fp32, dynamic or static
+INT8, or ``mixed``: dynamic INT8 with the ``mixed_fp32`` units the held-out score is most
+sensitive to kept FP32) and early exit (``exits``: a rule, or none; ``exit_targets``: the share of
+the score the threshold keeps on the held-out rows). Nothing is trained but the exit heads: a
+candidate is scored on the held-out rows as it comes out of the methods (the cheap proxy), and
+one whose score already fell more than ``max_drop + prune_margin`` after the PyTorch steps is
+pruned before it is exported. After the search, at most ``recover_candidates`` candidates that may
+enter the front (within ``recover_margin`` points of it) are rebuilt with ``recover`` (pruning's
+recovery training) and rescored.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 from compressor.core.errors import CompressorError
-from compressor.core.settings import at_least_one, check_fields, not_negative, positive, setting
+from compressor.core.settings import at_least_one, check_fields, from_values, not_negative, positive, setting
+from compressor.engine.recovery import RecoverSettings
 
 TARGETS = ("cpu", "gpu")
 SAMPLERS = ("nsga2", "tpe")
 LAYER_RULES = ("top", "importance")
-PRECISIONS = ("fp32", "dynamic", "static")
+PRECISIONS = ("fp32", "dynamic", "static", "mixed")
+EXITS = ("none", "entropy", "max_prob", "patience")   # "none": no exits; else the rule calibrated
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -70,6 +77,12 @@ def _among(known):
     return check
 
 
+def _counts(value, name, config=None) -> Optional[str]:
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, int) and v >= 1 for v in value):
+        return f"{name} must be a non-empty list of unit counts (1 or more), got {value!r}"
+    return None
+
+
 def _storage(value, name, config=None) -> Optional[str]:
     if not value or value.startswith("journal:") or "://" in value:
         return None
@@ -99,29 +112,47 @@ class AutoConfig:
     vocab: List[bool] = setting(default_factory=lambda: [False, True],
                                 check=_among((False, True)))   # cut the vocabulary to the task's pieces
     tokens: List[float] = setting(default_factory=lambda: [1.0, 0.8], check=_keeps)  # share of tokens each layer passes on
-    precisions: List[str] = setting(default_factory=lambda: ["fp32", "dynamic", "static"],
+    precisions: List[str] = setting(default_factory=lambda: ["fp32", "dynamic", "static", "mixed"],
                                     check=_among(PRECISIONS))  # the exported graph's precision
+    mixed_fp32: List[int] = setting(default_factory=lambda: [1, 2], check=_counts)  # mixed: most sensitive units kept FP32
+    exits: List[str] = setting(default_factory=lambda: ["none", "entropy"], check=_among(EXITS))  # early-exit rule
+    exit_targets: List[float] = setting(default_factory=lambda: [0.99, 0.97], check=_keeps)  # score share the threshold keeps
+    exit_epochs: float = setting(1.0, check=positive)      # training of the exit heads (the model fixed)
     importance_rows: int = setting(128, check=positive)    # training rows the pruning importance is measured on
     score_rows: int = setting(0, check=not_negative)       # held-out rows a trial is scored on; 0: all
     prune_margin: float = setting(10.0, check=not_negative)  # pruned before export below teacher - max_drop - this
     seq_len: int = setting(0, check=not_negative)          # tokens the latency is taken at; 0: the held-out rows' mean
     sentences: int = setting(30, check=at_least_one)       # timed runs per latency measurement
     check_models: int = setting(3, check=not_negative)     # whole models measured to check the table
+    recover_candidates: int = setting(3, check=not_negative)  # candidates recovered after the search; 0: none
+    recover_margin: float = setting(1.0, check=not_negative)  # recovered if within this many points of the front
+    recover: RecoverSettings = field(default_factory=RecoverSettings)   # their recovery (prune's recover:)
     latency_table: str = ""                                # the table's JSON; "": one per CPU in ~/.cache/compressor
     max_length: int = setting(128, check=positive)         # the candidates' sequence length (the teacher's if it says)
     device: str = "cpu"                                    # where importance is measured
 
+    def __post_init__(self):
+        self.recover = from_values(RecoverSettings, self.recover, "recover")
+
     def check(self) -> None:
         check_fields(self)
-        if self.target == "gpu":   # the latency table times onnxruntime's CPU runtime only, so far
-            raise CompressorError("auto: target gpu is not built yet (the latency table is measured on "
-                                  "the CPU); use --target cpu")
+        self.recover.check()
+        if self.target == "gpu":
+            from compressor.auto.latency import gpu_providers
+
+            gpu_providers()   # one line when this machine has no GPU onnxruntime can run on
+            cpu_only = [p for p in self.precisions if p != "fp32"]
+            if cpu_only:
+                raise CompressorError(f"auto: --target gpu times FP32 graphs only (onnxruntime's INT8 kernels "
+                                      f"are the CPU's); drop {', '.join(cpu_only)} from --precisions")
 
     def space(self) -> dict:
         """What a trial chooses from (recorded with the study: a resumed search must match it)."""
         return {"min_layers": self.min_layers, "layer_rules": list(self.layer_rules),
                 "heads": list(self.heads), "ffn": list(self.ffn), "vocab": list(self.vocab),
                 "tokens": list(self.tokens), "precisions": list(self.precisions),
+                "mixed_fp32": list(self.mixed_fp32), "exits": list(self.exits),
+                "exit_targets": list(self.exit_targets), "exit_epochs": self.exit_epochs,
                 "target": self.target, "threads": self.threads, "max_drop": self.max_drop,
                 "score_rows": self.score_rows, "importance_rows": self.importance_rows,
                 "seq_len": self.seq_len, "max_length": self.max_length}

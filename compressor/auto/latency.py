@@ -22,7 +22,7 @@ import json
 import os
 import tempfile
 from contextlib import contextmanager
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from compressor.core.errors import CompressorError
 from compressor.core.io import read_json, write_json
@@ -39,10 +39,12 @@ def machine_key(target: str = "cpu", threads: int = 1) -> Tuple[str, dict]:
     """``(key, what it hashes)``: the CPU fingerprint a table belongs to."""
     from compressor.bench.harness import fingerprint
 
-    info = fingerprint("cpu")
+    info = fingerprint("cuda" if target == "gpu" else "cpu")
     what = {"processor": info.get("processor"), "machine": info.get("machine"), "cores": info.get("cores"),
             "cpu_flags": info.get("cpu_flags"), "cpu_preset": info.get("cpu_preset"),
             "onnxruntime": info.get("versions", {}).get("onnxruntime"), "target": target, "threads": threads}
+    if target == "gpu":   # CPU tables keep the key they had
+        what["gpu"], what["cuda"] = info.get("gpu"), info.get("cuda")
     key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
     return key, what
 
@@ -111,15 +113,22 @@ class LatencyTable:
         return f"{self.family}|{precision}|s{seq}"
 
     # -- predicting ----------------------------------------------------------------
-    def predict(self, layers: Sequence[Tuple[int, int]], precision: str, seqs: Sequence[int]) -> float:
+    def predict(self, layers: Sequence[Tuple[int, int]], precision, seqs: Sequence[int],
+                overhead_precision: Optional[str] = None, reach: Optional[Sequence[float]] = None) -> float:
         """p50 ms of a model whose layer ``i`` keeps ``layers[i] = (heads, ffn)`` and sees
-        ``seqs[i]`` tokens, at ``precision`` (fp32, dynamic, static); measures what is missing."""
+        ``seqs[i]`` tokens, at ``precision`` (fp32, dynamic, static; or one per layer, as a mixed
+        graph keeps some layers FP32; the rest of the model at ``overhead_precision``, default the
+        first layer's). ``reach[i]``: the share of rows that compute layer ``i`` (early exit: the
+        rest left before it), 1 for all by default. Measures what the table lacks."""
         seqs = [seq_bucket(s) for s in seqs]
-        needs = {(precision, s, h, f) for (h, f), s in zip(layers, seqs)} | {(precision, seqs[0]) + self.full}
+        precisions = [precision] * len(layers) if isinstance(precision, str) else list(precision)
+        rest = overhead_precision or precisions[0]
+        reach = [1.0] * len(layers) if reach is None else list(reach)
+        needs = {(p, s, h, f) for (h, f), s, p in zip(layers, seqs, precisions)} | {(rest, seqs[0]) + self.full}
         self.ensure(needs)
-        total = self.data["overhead"][self._overhead_key(precision, seqs[0])]
-        for (h, f), s in zip(layers, seqs):
-            total += self.data["layers"][self._layer_key(precision, s, h, f)]
+        total = self.data["overhead"][self._overhead_key(rest, seqs[0])]
+        for (h, f), s, p, share in zip(layers, seqs, precisions, reach):
+            total += share * self.data["layers"][self._layer_key(p, s, h, f)]
         return round(total, 4)
 
     def ensure(self, needs: Iterable[Tuple[str, int, int, int]]) -> None:
@@ -195,13 +204,16 @@ class LatencyTable:
         return out
 
     def _time(self, models: Dict[tuple, str], seq: int) -> Dict[tuple, float]:
-        return time_folders(models, seq, self.threads, self.sentences)
+        return time_folders(models, seq, self.threads, self.sentences, self.target)
 
     # -- checking ----------------------------------------------------------------
-    def check(self, name: str, folder: str, predicted_ms: float, seq: int) -> dict:
-        """Measure the whole model in ``folder`` at ``seq`` tokens beside its prediction; keep it."""
-        measured = time_folders({name: folder}, seq_bucket(seq), self.threads, self.sentences)[name]
+    def check(self, name: str, folder: str, predicted_ms: float, seq: int, texts: Optional[list] = None) -> dict:
+        """Measure the whole model in ``folder`` at ``seq`` tokens beside its prediction; keep it.
+        ``texts``: time on these sentences instead (an early-exit model's depth depends on them)."""
+        measured = time_folders({name: folder}, seq_bucket(seq), self.threads, self.sentences, self.target,
+                                texts=texts)[name]
         record = {"model": name, "seq": seq_bucket(seq), "predicted_ms": round(predicted_ms, 4),
+                  **({"texts": "held-out rows"} if texts else {}),
                   "measured_ms": round(measured, 4),
                   "error": round(abs(predicted_ms - measured) / measured, 4) if measured > 0 else None}
         with self._locked():
@@ -210,16 +222,38 @@ class LatencyTable:
         return record
 
 
-def time_folders(models: Dict[object, str], seq: int, threads: int, sentences: int) -> Dict[object, float]:
-    """p50 ms at batch 1 of each ONNX folder on sentences of ``seq`` tokens, each in a process of
-    its own, timed in rounds by the benchmark harness."""
+def time_folders(models: Dict[object, str], seq: int, threads: int, sentences: int, target: str = "cpu",
+                 texts: Optional[list] = None) -> Dict[object, float]:
+    """p50 ms at batch 1 of each ONNX folder on sentences of ``seq`` tokens (or ``texts``), each in a
+    process of its own, timed in rounds by the benchmark harness; ``target`` gpu runs them with
+    onnxruntime's CUDA provider."""
     from compressor.bench.harness import BenchConfig, Spec, isolated_latency, percentiles
 
+    device = "cuda" if target == "gpu" else "cpu"
     names = {f"m{i}": key for i, key in enumerate(models)}
-    specs = [Spec(name=n, path=models[key], engine="onnxruntime") for n, key in names.items()]
-    times = isolated_latency(specs, timing_texts(seq, sentences), threads,
+    specs = [Spec(name=n, path=models[key], engine="onnxruntime", device=device) for n, key in names.items()]
+    texts = list(texts)[:sentences] if texts else timing_texts(seq, sentences)
+    times = isolated_latency(specs, texts, threads,
                              BenchConfig(warmup=5, block=10, pause_s=0.02, memory=False, score=False))
     return {names[n]: percentiles(t)["p50"] for n, t in times.items()}
+
+
+def gpu_providers() -> List[str]:
+    """onnxruntime's providers for ``--target gpu``, or one line saying why there is none here."""
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    hint = ""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            hint = " (torch sees a GPU: install onnxruntime-gpu)"
+    except ImportError:
+        pass
+    raise CompressorError("auto: --target gpu needs a GPU that onnxruntime runs on (its CUDAExecutionProvider); "
+                          f"none is present on this machine{hint}; use --target cpu")
 
 
 def layer_seqs(seq: int, layers: int, keep: float) -> List[int]:

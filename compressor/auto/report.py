@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from types import SimpleNamespace
 from typing import Callable, List, Optional
 
 import yaml
@@ -22,8 +23,9 @@ def finish(out: str, log: Callable) -> dict:
     from optuna.trial import TrialState
 
     from compressor.auto.latency import default_table, layer_seqs
-    from compressor.auto.study import STATE, _teacher_layers, config_of, open_study
-    from compressor.core.data import data_for, load_data
+    from compressor.auto.recovery import recover_candidates
+    from compressor.auto.study import STATE, _score_rows, _teacher_layers, config_of, open_study
+    from compressor.core.data import data_for, holdout, load_data
     from compressor.engine.scoring import _task_for
 
     state = read_json(os.path.join(out, STATE))
@@ -33,14 +35,18 @@ def finish(out: str, log: Callable) -> dict:
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     front = {t.number for t in study.best_trials} if done else set()
     teacher, teacher_score = state["teacher"], state["teacher_score"]
+    recovered = recover_candidates(out, state, done, config, log) if done else {}
+    # each finished trial's best estimate: its recovered figures where it was recovered, else the proxy's
+    views = [_view(t, recovered.get(t.number)) for t in done]
+    final_front = {v.number for v in views if not _dominated(v, views)}
     task_spec, _ = _task_for(teacher, state["task"])
     user_data = data_for(teacher, task_spec, None)
     rows = load_data(task_spec, "train", state["data_dir"], 8, user_data)   # static INT8 calibrates on them
     table = default_table(config, teacher, task_spec, rows, log=log)
     full = _teacher_layers(teacher)
     teacher_ms = table.predict(full, "fp32", layer_seqs(state["seq_len"], len(full), 1.0))
-    inside = [t for t in done if teacher_score - t.values[0] <= config.max_drop + 1e-9]
-    pick = min(inside, key=lambda t: (t.values[1], -t.values[0], t.values[2])) if inside else None
+    inside = [v for v in views if teacher_score - v.values[0] <= config.max_drop + 1e-9]
+    pick = min(inside, key=lambda v: (v.values[1], -v.values[0], v.values[2])) if inside else None
     report = {"teacher": teacher, "task": state["task"], "max_drop": config.max_drop,
               "target": config.target, "threads": config.threads, "seq_len": state["seq_len"],
               "held_rows": state["held_rows"], "storage": state["storage"] or "sqlite:///OUT/study.db",
@@ -49,22 +55,27 @@ def finish(out: str, log: Callable) -> dict:
                                   "size_bytes": _size(state["teacher_onnx"])},
               "counts": {s: sum(1 for t in trials if t.state.name == s) for s in
                          ("COMPLETE", "PRUNED", "FAIL", "RUNNING")},
-              "trials": [_trial_row(t, front) for t in trials],
-              "front": sorted(front), "latency_table": table.path}
+              "trials": [_trial_row(t, front, final_front, recovered.get(t.number)) for t in trials],
+              "front": sorted(front), "final_front": sorted(final_front),
+              "recovery": {"candidates": config.recover_candidates, "margin": config.recover_margin,
+                           "settings": _plain(config.recover), "recovered": sorted(recovered)},
+              "latency_table": table.path}
     if pick is None:
         report["pick"] = None
         log(f"no finished candidate is within {config.max_drop} points of the teacher on the held-out rows")
     else:
         report["pick"] = _verify(out, state, pick, task_spec, user_data, teacher_score, log)
         recipe = {"name": f"auto-pick-{pick.number}", "task": state["task"], "teacher": teacher,
-                  "stages": pick.user_attrs["stages"]}
+                  "stages": pick.attrs["stages"]}
         if state["train_limit"]:
             recipe["data"] = {"train_limit": state["train_limit"]}
         recipe_path = os.path.join(out, "pick-recipe.yaml")
         write_text(recipe_path, yaml.safe_dump(recipe, sort_keys=False))
         report["command"] = (f"compressor run {recipe_path} --out runs/auto-pick"
                              + (f" --data-dir {state['data_dir']}" if state["data_dir"] else ""))
-        report["checks"] = _check_table(out, state, table, pick, front, done, config, full, teacher_ms)
+        held = _score_rows(holdout.held_rows(teacher, task_spec, state["data_dir"], user_data,
+                                             needs="compressor auto"), config)
+        report["checks"] = _check_table(out, state, table, pick, final_front, views, config, teacher_ms, held)
         errors = [c["error"] for c in report["checks"] if c.get("error") is not None]
         report["table_error"] = {"mean": round(sum(errors) / len(errors), 4), "max": max(errors)} if errors else None
     report["plot"] = _plot(os.path.join(out, "front.png"), report)
@@ -73,15 +84,42 @@ def finish(out: str, log: Callable) -> dict:
     return report
 
 
-def _trial_row(t, front: set) -> dict:
+def _view(t, recovered: Optional[dict]) -> SimpleNamespace:
+    """A finished trial as the pick sees it: its recovered figures, folder and steps where it was
+    recovered (and the recovery did not fail), else the search's."""
+    attrs = dict(t.user_attrs)
+    values = tuple(t.values)
+    if recovered and "score" in recovered:
+        values = (recovered["score"], recovered["latency_ms"], recovered["size_bytes"])
+        attrs.update({k: recovered[k] for k in ("folder", "stages", "exits", "steps")})
+    return SimpleNamespace(number=t.number, params=dict(t.params), values=values, attrs=attrs,
+                           recovered=bool(recovered and "score" in recovered), proxy=tuple(t.values))
+
+
+def _dominated(v, views) -> bool:
+    from compressor.auto.recovery import dominated
+
+    return dominated(v.values, [w.values for w in views if w.number != v.number])
+
+
+def _plain(settings) -> dict:
+    from compressor.auto.recovery import plain
+
+    return plain(settings)
+
+
+def _trial_row(t, front: set, final_front: set, recovered: Optional[dict]) -> dict:
     attrs = t.user_attrs
     row = {"number": t.number, "state": t.state.name, "params": dict(t.params),
-           "front": t.number in front}
+           "front": t.number in front, "final_front": t.number in final_front}
     if t.values:
         row.update(dict(zip(("score", "latency_ms", "size_bytes"), t.values)))
-    for key in ("steps", "layers", "seqs", "folder", "error", "pruned"):
-        if key in attrs:
+    for key in ("steps", "layers", "seqs", "folder", "error", "pruned", "precisions", "fp32_units", "reach",
+                "exits", "same_as"):
+        if attrs.get(key) is not None:
             row[key] = attrs[key]
+    if recovered:
+        row["recovered"] = recovered
     return row
 
 
@@ -94,7 +132,7 @@ def _verify(out: str, state: dict, pick, task_spec, user_data, teacher_score: fl
     folder = os.path.join(out, "pick")
     with atomic_dir(folder, overwrite=True) as tmp:
         shutil.rmtree(tmp)
-        shutil.copytree(os.path.join(out, pick.user_attrs["folder"]), tmp)
+        shutil.copytree(os.path.join(out, pick.attrs["folder"]), tmp)
     dev = load_data(task_spec, "dev", state["data_dir"], state["dev_limit"], user_data)
     if "teacher_dev" not in state:   # the teacher's dev score does not change between runs
         state["teacher_dev"] = round(float(task_score(task_spec, score_onnx(state["teacher_onnx"], dev))), 4)
@@ -107,18 +145,23 @@ def _verify(out: str, state: dict, pick, task_spec, user_data, teacher_score: fl
     return {"trial": pick.number, "params": dict(pick.params), "folder": folder, "score": score,
             "latency_ms": latency, "size_bytes": size, "dev_score": dev_score, "dev_metrics": dev_metrics,
             "teacher_dev_score": state["teacher_dev"], "dev_examples": len(dev),
-            "dev_drop": round(state["teacher_dev"] - dev_score, 4), "held_drop": round(teacher_score - score, 4)}
+            "dev_drop": round(state["teacher_dev"] - dev_score, 4), "held_drop": round(teacher_score - score, 4),
+            "recovered": pick.recovered, "proxy_score": pick.proxy[0], "exits": pick.attrs.get("exits")}
 
 
-def _check_table(out, state, table, pick, front, done, config, full, teacher_ms) -> List[dict]:
-    """Whole-model p50 of the pick, of front members and of the teacher beside their prediction."""
+def _check_table(out, state, table, pick, front, views, config, teacher_ms, held) -> List[dict]:
+    """Whole-model p50 of the pick, of front members and of the teacher beside their prediction; an
+    early-exit candidate is timed on the held-out rows' texts (where its rows leave depends on them)."""
+    from compressor.export.onnx import example_texts
+
     if not config.check_models:
         return []
-    chosen = [pick] + [t for t in sorted(done, key=lambda t: t.values[1]) if t.number in front and t is not pick]
+    chosen = [pick] + [v for v in sorted(views, key=lambda v: v.values[1]) if v.number in front and v is not pick]
     checks = []
-    for t in chosen[:config.check_models]:
-        checks.append(table.check(f"trial {t.number}", os.path.join(out, t.user_attrs["folder"]),
-                                  t.values[1], state["seq_len"]))
+    for v in chosen[:config.check_models]:
+        texts = example_texts(held.examples) if v.attrs.get("exits") else None
+        checks.append(table.check(f"trial {v.number}", os.path.join(out, v.attrs["folder"]), v.values[1],
+                                  state["seq_len"], texts=texts))
     checks.append(table.check("teacher", state["teacher_onnx"], teacher_ms, state["seq_len"]))
     return checks
 
@@ -147,6 +190,14 @@ def _plot(path: str, report: dict) -> Optional[str]:
             ax.scatter([r["latency_ms"] for r in chosen], [r["score"] for r in chosen],
                        s=[area(r["size_bytes"]) for r in chosen], c=colour, alpha=0.8, label=label,
                        edgecolors="black", linewidths=0.5)
+    got = [r for r in rows if r.get("recovered", {}).get("score") is not None]
+    for r in got:
+        ax.plot([r["latency_ms"], r["recovered"]["latency_ms"]], [r["score"], r["recovered"]["score"]],
+                c="#2ca02c", lw=0.8)
+    if got:
+        ax.scatter([r["recovered"]["latency_ms"] for r in got], [r["recovered"]["score"] for r in got],
+                   s=[area(r["recovered"]["size_bytes"]) for r in got], c="#2ca02c", alpha=0.8,
+                   label="recovered", edgecolors="black", linewidths=0.5)
     t = report["teacher_figures"]
     ax.scatter([t["latency_ms"]], [t["score"]], s=[area(t["size_bytes"])], marker="s", c="#d62728",
                label="teacher (FP32)")
@@ -181,7 +232,9 @@ def markdown(report: dict) -> str:
                   f"{p['score']:.2f} (drop {p['held_drop']:.2f}), dev {p['dev_score']:.2f} against the teacher's "
                   f"{p['teacher_dev_score']:.2f} (drop {p['dev_drop']:.2f}, {p['dev_examples']} rows, scored once), "
                   f"{p['latency_ms']:.3f} ms predicted ({t['latency_ms'] / p['latency_ms']:.1f}x the teacher), "
-                  f"{p['size_bytes'] / 1e6:.2f} MB. Folder: `{p['folder']}`.", "",
+                  f"{p['size_bytes'] / 1e6:.2f} MB"
+                  + (f"; recovered (proxy held-out {p['proxy_score']:.2f})" if p.get("recovered") else "")
+                  + f". Folder: `{p['folder']}`.", "",
                   f"Rebuild it: `{report['command']}`", ""]
     else:
         lines += ["No finished candidate is within the budget.", ""]
@@ -193,13 +246,36 @@ def markdown(report: dict) -> str:
         lines.append("")
     if report.get("plot"):
         lines += ["![front](front.png)", ""]
-    lines += ["## Trials", "", "| # | state | layers | rule | heads | ffn | vocab | tokens | precision | held-out | ms | MB | front |",
-              "|---:|---|---:|---|---:|---:|---|---:|---|---:|---:|---:|---|"]
+    if report["recovery"]["recovered"]:
+        rec = report["recovery"]
+        lines += ["## Recovery of the candidates that may enter the front", "",
+                  f"At most {rec['candidates']} candidates within {rec['margin']} points of the front, rebuilt with "
+                  f"recovery ({rec['settings']['mode']}, {rec['settings']['train']['epochs']:g} epoch(s)) on their "
+                  "last pruning step and rescored on the held-out rows; the pick and the final front use "
+                  "these figures.", "", "| # | proxy held-out | recovered held-out | gain | ms | final front |",
+                  "|---:|---:|---:|---:|---:|---|"]
+        for r in report["trials"]:
+            got = r.get("recovered")
+            if got and "score" in got:
+                lines.append(f"| {r['number']} | {r['score']:.2f} | {got['score']:.2f} | {got['gain']:+.2f} | "
+                             f"{got['latency_ms']:.3f} | {'yes' if r['final_front'] else ''} |")
+            elif got:
+                lines.append(f"| {r['number']} | {r['score']:.2f} | failed: {got.get('error', '')} | | | |")
+        lines.append("")
+    lines += ["## Trials", "", "Proxy figures (no recovery); exit: rule@target; mixed: the units kept FP32.", "",
+              "| # | state | layers | rule | heads | ffn | vocab | tokens | precision | exit | held-out | ms | MB | front |",
+              "|---:|---|---:|---|---:|---:|---|---:|---|---|---:|---:|---:|---|"]
     for r in report["trials"]:
         q = r["params"]
         figures = (f"{r['score']:.2f} | {r['latency_ms']:.3f} | {r['size_bytes'] / 1e6:.2f}" if "score" in r
                    else f"{r.get('pruned') or r.get('error') or ''} | | ")
+        precision = q.get("precision", "")
+        if r.get("fp32_units"):
+            precision += f" ({', '.join(r['fp32_units'])} FP32)"
+        exit_ = f"{q['exit']}@{q.get('exit_target')}" if q.get("exit", "none") != "none" else ""
+        if r.get("exits"):
+            exit_ += f", mean exit layer {r['exits']['mean_exit_layer']}"
         lines.append(f"| {r['number']} | {r['state'].lower()} | {q.get('layers', '')} | {q.get('layer_rule', '')} | "
                      f"{q.get('heads', '')} | {q.get('ffn', '')} | {q.get('vocab', '')} | {q.get('tokens', '')} | "
-                     f"{q.get('precision', '')} | {figures} | {'yes' if r['front'] else ''} |")
+                     f"{precision} | {exit_} | {figures} | {'yes' if r['front'] else ''} |")
     return "\n".join(lines) + "\n"

@@ -193,8 +193,8 @@ def _score_rows(held, config):
 def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
     """Work on the study of ``OUT/auto.json`` until it has its trials (or the budget is spent);
     returns how many trials this worker ran."""
-    from compressor.auto.candidate import ProxyTooLow, build_candidate, recipe_stages
-    from compressor.auto.latency import default_table, layer_seqs
+    from compressor.auto.candidate import NotCombinable, ProxyTooLow, build_candidate, check_combination, recipe_stages
+    from compressor.auto.latency import default_table
     from compressor.core.data import data_for, holdout
     from compressor.engine.scoring import _task_for
 
@@ -229,7 +229,16 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
         params = suggest(trial, config, teacher_layers)
         log(f"trial {trial.number} (worker {worker}): {_describe(params)}")
         work = os.path.join(out, "trials", f"{trial.number:04d}")
-        same = _same_candidate(study, recipe_stages(params, teacher_layers, config.importance_rows))
+        plan = recipe_stages(params, teacher_layers, config.importance_rows, exit_epochs=config.exit_epochs)
+        try:
+            check_combination(params)
+        except NotCombinable as exc:   # counted, as a pruned trial is: a space of such points ends
+            trial.set_user_attr("pruned", str(exc))
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            log(f"trial {trial.number} pruned: {exc}")
+            ran += 1
+            continue
+        same = _same_candidate(study, plan)
         if same is not None:   # another point of the space that builds the same model (layer rule, all layers kept)
             for key, value in same.user_attrs.items():
                 if key not in ("host", "pid"):
@@ -242,8 +251,7 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
         try:
             cand = build_candidate(teacher, task_spec, train_set, held, params, work, teacher_layers, config,
                                    floor=floor, log=log)
-            seqs = layer_seqs(state["seq_len"], len(cand["layers"]), params["tokens"])
-            latency = table.predict(cand["layers"], params["precision"], seqs)
+            seqs, latency = predict_latency(table, cand, params, state["seq_len"])
         except ProxyTooLow as exc:
             trial.set_user_attr("pruned", str(exc))
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
@@ -259,7 +267,8 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
             continue
         figures = {"score": cand["score"], "latency_ms": latency, "size_bytes": cand["size_bytes"]}
         for key, value in {**figures, "folder": os.path.relpath(cand["folder"], out), "steps": cand["steps"],
-                           "layers": cand["layers"], "seqs": seqs, "stages": cand["stages"]}.items():
+                           "layers": cand["layers"], "seqs": seqs, "stages": cand["stages"], "plan": plan,
+                           **{k: cand[k] for k in CANDIDATE_FIGURES}}.items():
             trial.set_user_attr(key, value)
         study.tell(trial, [figures[k] for k in FIGURES])
         _drop_checkpoints(work, cand["folder"])
@@ -267,6 +276,18 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
             f"{cand['size_bytes'] / 1e6:.2f} MB")
         ran += 1
     return ran
+
+
+CANDIDATE_FIGURES = ("precisions", "overhead_precision", "fp32_units", "reach", "exits")
+
+
+def predict_latency(table, cand: dict, params: dict, seq_len: int) -> tuple:
+    """(tokens each layer sees, predicted p50 ms) of a built candidate: each layer at its precision
+    (a mixed graph's FP32 units at FP32), weighted by the share of rows that reach it (early exit)."""
+    from compressor.auto.latency import layer_seqs
+
+    seqs = layer_seqs(seq_len, len(cand["layers"]), params["tokens"])
+    return seqs, table.predict(cand["layers"], cand["precisions"], seqs, cand["overhead_precision"], cand["reach"])
 
 
 def suggest(trial, config: AutoConfig, teacher_layers: int) -> dict:
@@ -277,7 +298,10 @@ def suggest(trial, config: AutoConfig, teacher_layers: int) -> dict:
             "ffn": trial.suggest_categorical("ffn", list(config.ffn)),
             "vocab": trial.suggest_categorical("vocab", list(config.vocab)),
             "tokens": trial.suggest_categorical("tokens", list(config.tokens)),
-            "precision": trial.suggest_categorical("precision", list(config.precisions))}
+            "precision": trial.suggest_categorical("precision", list(config.precisions)),
+            "mixed_fp32": trial.suggest_categorical("mixed_fp32", list(config.mixed_fp32)),
+            "exit": trial.suggest_categorical("exit", list(config.exits)),
+            "exit_target": trial.suggest_categorical("exit_target", list(config.exit_targets))}
 
 
 def _same_candidate(study, stages: list):
@@ -285,7 +309,7 @@ def _same_candidate(study, stages: list):
     from optuna.trial import TrialState
 
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get("stages") == stages:
+        if t.user_attrs.get("plan") == stages:
             return t
     return None
 

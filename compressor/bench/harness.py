@@ -32,7 +32,9 @@ from compressor.core.presets import cpu_flags, detect_preset
 from compressor.core.results import shown_path
 
 PT_ENGINES = ("pytorch", "pytorch-compile")
-ENGINES = PT_ENGINES + ("onnxruntime",)
+# engines that run an export folder through compressor.export.runtime.open_graph, without torch
+GRAPH_ENGINES = ("onnxruntime", "openvino")
+ENGINES = PT_ENGINES + GRAPH_ENGINES
 PRECISIONS = ("fp32", "fp16", "bf16", "int8-dynamic")
 
 
@@ -42,7 +44,7 @@ class Spec:
 
     name: str
     path: str                          # checkpoint folder, export folder, or .onnx file
-    engine: str = "pytorch"            # pytorch, pytorch-compile, onnxruntime
+    engine: str = "pytorch"            # pytorch, pytorch-compile, onnxruntime, openvino (an IR folder)
     precision: str = "fp32"            # fp32, fp16, bf16 (CUDA), int8-dynamic (PyTorch CPU)
     device: str = "cpu"
     group: str = "ours"                # teacher, ours, peer
@@ -76,7 +78,7 @@ class Runner:
 
 
 def build(spec: Spec, threads: Optional[int] = None) -> Runner:
-    if spec.engine == "onnxruntime":
+    if spec.engine in GRAPH_ENGINES:   # open_graph runs an OpenVINO folder on OpenVINO
         return _build_ort(spec, threads)
     if spec.engine in PT_ENGINES:
         return _build_torch(spec)
@@ -98,7 +100,9 @@ def _build_ort(spec: Spec, threads: Optional[int]) -> Runner:
 
     folder, model_file = _ort_files(spec)
     # an early-exit export runs as its segment chain, each row stopping at its exit
-    predictor = open_graph(folder, threads=threads, model_file=model_file, spinning=spec.spinning)
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if spec.device.startswith("cuda") else None
+    predictor = open_graph(folder, threads=threads, model_file=model_file, spinning=spec.spinning,
+                           providers=providers)
     return Runner(spec, predictor.encode, predictor.run, model=predictor)
 
 
@@ -112,7 +116,7 @@ def score(runner: Runner, task, dev, batch_size: int = 64) -> dict:
     """
     from compressor.core.metrics import compute_metrics
 
-    if runner.spec.engine == "onnxruntime":
+    if runner.spec.engine in GRAPH_ENGINES:
         from compressor.export.onnx import score_onnx
 
         folder, model_file = _ort_files(runner.spec)
@@ -509,7 +513,7 @@ def worker_score(worker, task, dev, batch_size: int = 64) -> dict:
     from compressor.core.metrics import compute_metrics
 
     texts = [_jsonable_text(_text(ex)) for ex in dev.examples]
-    bs = 1 if worker.spec.engine == "onnxruntime" else batch_size
+    bs = 1 if worker.spec.engine in GRAPH_ENGINES else batch_size
     logits = np.asarray(worker.call("logits", texts=texts, batch_size=bs)["logits"], dtype=np.float32)
     preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
     return compute_metrics(task, preds, [ex.label for ex in dev.examples])
@@ -543,7 +547,8 @@ def fingerprint(device: str = "cpu") -> dict:
     flags = cpu_flags()
     info["cpu_flags"] = sorted(f for f in flags if f.startswith(("avx", "amx", "sse4", "fma", "f16c")))
     info["cpu_preset"] = cpu_preset(flags)
-    for pkg in ("onnxruntime", "onnx", "optimum", "optimum-onnx", "neural_compressor", "tokenizers"):
+    for pkg in ("onnxruntime", "onnx", "optimum", "optimum-onnx", "neural_compressor", "tokenizers", "openvino",
+                "nncf"):
         try:
             import importlib.metadata as md
 

@@ -14,9 +14,13 @@ def _words(text: str) -> list:
     return [v.strip() for v in text.split(",") if v.strip()]
 
 
+def _ints(text: str) -> list:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
 # option -> (setting, parser) for the search space, given as comma lists
 SPACE = {"heads": _floats, "ffn": _floats, "tokens": _floats, "vocab": _bools, "precisions": _words,
-         "layer_rules": _words}
+         "layer_rules": _words, "mixed_fp32": _ints, "exits": _words, "exit_targets": _floats}
 
 
 def register(cli):
@@ -57,8 +61,24 @@ def register(cli):
                   help="Shares of tokens each layer passes on (token pruning by ratio).")
     @click.option("--vocab", default="false,true", show_default=True,
                   help="Whether the vocabulary is cut to the task's word pieces.")
-    @click.option("--precisions", default="fp32,dynamic,static", show_default=True,
-                  help="Precisions of the exported graph.")
+    @click.option("--precisions", default="fp32,dynamic,static,mixed", show_default=True,
+                  help="Precisions of the exported graph (mixed: dynamic INT8 with the most sensitive units FP32).")
+    @click.option("--mixed-fp32", default="1,2", show_default=True,
+                  help="mixed: how many units (layers, embeddings, classifier) the held-out score is most "
+                       "sensitive to stay FP32.")
+    @click.option("--exits", default="none,entropy", show_default=True,
+                  help="Early exit: none, or the rule (entropy, max_prob, patience) calibrated on the held-out rows.")
+    @click.option("--exit-targets", default="0.99,0.97", show_default=True,
+                  help="Share of the held-out score the exit threshold keeps.")
+    @click.option("--exit-epochs", type=float, default=1.0, show_default=True,
+                  help="Training of the exit heads (the model fixed).")
+    @click.option("--recover-candidates", type=int, default=3, show_default=True,
+                  help="Candidates that may enter the front rebuilt with recovery training after the search; 0: none.")
+    @click.option("--recover-margin", type=float, default=1.0, show_default=True,
+                  help="A candidate is recovered if its score this many points higher would put it on the front.")
+    @click.option("--recover", "recover", multiple=True, metavar="KEY=VALUE",
+                  help="Their recovery (pruning's recover:), repeatable: mode=distill|finetune, epochs=1, lr=5e-5, "
+                       "losses.kd=1 [default: mode=distill, epochs=1].")
     @click.option("--layer-rules", default="top,importance", show_default=True,
                   help="How the layers that go are chosen.")
     @click.option("--importance-rows", type=int, default=128, show_default=True,
@@ -69,13 +89,16 @@ def register(cli):
                   help="Front members (the pick first) measured whole at the end beside their predicted "
                        "latency, the teacher too; 0: no check.")
     @click.option("--seed", type=int, default=42, show_default=True, help="The sampler's seed.")
-    def auto(model, out, task, data_dir, train_limit, dev_limit, threads, **settings):
-        """Search across the toolkit's methods (layers, heads, FFN, vocabulary, tokens, INT8) for the
+    def auto(model, out, task, data_dir, train_limit, dev_limit, threads, recover, **settings):
+        """Search across the toolkit's methods (layers, heads, FFN, vocabulary, tokens, INT8, early exit) for the
         fastest model within --max-drop of the teacher MODEL on its held-out rows (fine-tune it with
         --holdout N): the Pareto front, the pick as an ONNX folder (OUT/pick), the report."""
         from compressor.auto.study import run_auto
+        from compressor.cli.methods import recover_settings
 
         settings["threads"] = threads[0] if threads else 1
+        if recover:
+            settings["recover"] = recover_settings(recover)
         for name, parse in SPACE.items():
             settings[name] = parse(settings[name])
         report = run_auto(model, out, task=task, data_dir=data_dir, train_limit=train_limit, dev_limit=dev_limit,

@@ -9,7 +9,8 @@ Stages ``early_exit`` and ``early_exit_export``.
 """
 # imported on first use, so ``compressor --help`` does not load torch
 _LAZY = {"EarlyExitConfig": "configs", "ExitExportConfig": "configs", "early_exit": "stage",
-         "run_early_exit": "stage", "export_exits": "stage", "EarlyExitModel": "model",
+         "run_early_exit": "stage", "export_exits": "stage",
+         "early_exit_loaded": "stage", "score_segments": "stage", "EarlyExitModel": "model",
          "segments_of": "model", "run_segments": "model", "export_segments": "segments",
          "SegmentChain": "runtime", "RuleState": "rules", "exit_points": "rules",
          "calibrate": "rules"}

@@ -1,5 +1,5 @@
 """Early exit as recipe stages (``early_exit``, ``early_exit_export``) and as Python calls
-(:func:`early_exit`, :func:`export_exits`)."""
+(:func:`early_exit`, :func:`export_exits`; :func:`early_exit_loaded` on data already loaded)."""
 from __future__ import annotations
 
 import os
@@ -92,16 +92,25 @@ def exit_teacher_logits(config: EarlyExitConfig, tokenizer, train_set, device,
     return cache
 
 
-@register_stage("early_exit", EarlyExitConfig, accepts=(TRAINABLE,), produces=KIND)
-def early_exit_stage(ctx, config: EarlyExitConfig) -> dict:
-    """Exit heads after the layers, trained and calibrated (entropy, patience or max probability)."""
+def early_exit_loaded(model_dir: str, task, train_set, dev_set, config: EarlyExitConfig, out_dir: str,
+                      meta: dict, calibration_set=None, teacher_dir: Optional[str] = None) -> dict:
+    """Add exits to the task checkpoint ``model_dir`` on data already loaded, train and calibrate
+    them (``calibrate.split: holdout``: on ``calibration_set``), and save the early-exit checkpoint
+    ``out_dir`` (kind ``early-exit``); return the record. The stage and ``compressor auto`` call it."""
     from compressor.engine.methods import model_to_model
 
     run = model_to_model(run_early_exit, "early exit")
+    return run(model_dir, task, train_set, dev_set, config, out_dir, meta, calibration_set=calibration_set,
+               recipe_teacher=teacher_dir)
+
+
+@register_stage("early_exit", EarlyExitConfig, accepts=(TRAINABLE,), produces=KIND)
+def early_exit_stage(ctx, config: EarlyExitConfig) -> dict:
+    """Exit heads after the layers, trained and calibrated (entropy, patience or max probability)."""
     held = ctx.split("holdout") if config.calibrate.split == "holdout" else None
-    return run(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config, ctx.out_dir,
-               ctx.meta("early_exit", config.train.max_length), calibration_set=held,
-               recipe_teacher=ctx.teacher_dir)
+    return early_exit_loaded(ctx.model_dir, ctx.task, ctx.split("train"), ctx.split("dev"), config, ctx.out_dir,
+                             ctx.meta("early_exit", config.train.max_length), calibration_set=held,
+                             teacher_dir=ctx.teacher_dir)
 
 
 @register_stage("early_exit_export", ExitExportConfig, accepts=(KIND,), produces=ONNX_KIND)
