@@ -23,6 +23,7 @@ taken for no drop.
 """
 from __future__ import annotations
 
+import sys
 import os
 import time
 from typing import Callable, Dict, List, Optional, Sequence
@@ -232,6 +233,9 @@ def choice_table(search: dict, metric: str) -> str:
         lines += [f"Candidates (chosen: **{search['chosen']}**, the fastest that meets):", "",
                   f"| candidate {head} latency ms | meets |", "|---" + rule + "---:|---|"]
         for t in search["tried"]:
+            if "score" not in t:   # not built (the quantiser refused the graph)
+                lines.append(f"| {t['name']} | - | - | - | - | - | - | - | no: {t.get('why_not', '')} |")
+                continue
             lines.append(f"| {t['name']} | {cells(t)} | {t['latency_ms']:.2f} | "
                          f"{'yes' if t['meets'] else 'no: ' + t.get('why_not', '')} |")
     return "\n".join(lines) + "\n"
@@ -285,41 +289,85 @@ def mixed_precision(folder: str, out_path: str, report: dict, rows_set, preset, 
 
 
 def latency_ms(folder: str, path: str, feeds: Sequence[dict], threads: int = 1, repeats: int = 1) -> float:
-    """Median batch-1 latency of one ONNX file over ``feeds`` (a quick ranking, not the benchmark)."""
+    """Median batch-1 latency of one ONNX file over ``feeds``, timed alone. A graph timed alone
+    takes whatever load the machine has at that moment; to rank graphs, time them together
+    (``latencies_ms``)."""
+    return latencies_ms(folder, {path: path}, feeds, threads, rounds=repeats)[path]
+
+
+def latencies_ms(folder: str, paths: Dict[str, str], feeds: Sequence[dict], threads: int = 1,
+                 block: int = 10, rounds: int = 1, warmup: int = 5) -> Dict[str, float]:
+    """Median batch-1 latency (ms) of each ONNX file of ``paths`` (name -> file, run with
+    ``folder``'s tokenizer) over the same ``feeds``, timed interleaved: in turns of ``block``
+    feeds every graph in turn, who goes first rotating each turn (an untimed run first wakes
+    it), ``rounds`` passes over the feeds. A neighbour's burst on a shared machine then hits
+    every graph alike, where graphs timed one after the other each took the load of their own
+    moment (``auto`` once timed a mixed graph with one layer FP32 at 5.2 ms beside 2.2 ms for
+    all-INT8, a graph the bench harness measures at all-INT8 plus that layer's FP32 share:
+    bench/results/mixed-int8-latency/). One process: at ``threads`` 1 onnxruntime has no pool
+    threads to spin and take the core from the graph being timed."""
     from compressor.export.runtime import Predictor
 
-    predictor = Predictor(folder, threads=threads, model_file=path)
-    for feed in feeds[:5]:
-        predictor.run(feed)
-    times = []
-    for _ in range(repeats):
-        for feed in feeds:
-            start = time.perf_counter()
+    feeds = list(feeds)
+    predictors = {name: Predictor(folder, threads=threads, model_file=path) for name, path in paths.items()}
+    for predictor in predictors.values():
+        for feed in feeds[:warmup]:
             predictor.run(feed)
-            times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1000)
+    names = list(predictors)
+    times: Dict[str, List[float]] = {name: [] for name in names}
+    turn = 0
+    for _ in range(max(1, rounds)):
+        for start in range(0, len(feeds), max(1, block)):
+            chunk = feeds[start:start + max(1, block)]
+            for k in range(len(names)):
+                name = names[(turn + k) % len(names)]
+                predictor = predictors[name]
+                predictor.run(chunk[0])    # wake-up, untimed
+                for feed in chunk:
+                    begin = time.perf_counter()
+                    predictor.run(feed)
+                    times[name].append(time.perf_counter() - begin)
+            turn += 1
+    return {name: float(np.median(t) * 1000) for name, t in times.items()}
 
 
 def accuracy_aware(candidates: Sequence[tuple], judge_fn: Callable[[str], dict],
-                   latency_fn: Callable[[str], float]) -> dict:
+                   latency_fn: Optional[Callable[[str], float]] = None,
+                   latencies_fn: Optional[Callable[[Dict[str, str]], Dict[str, float]]] = None) -> dict:
     """Try ``(name, build)`` candidates; keep the fastest that ``judge_fn(path)`` says meets the
     criterion (``Criterion.judge`` of the graph's outputs: ``{"meets": ..., ...}``).
 
     ``build()`` writes a model and returns its path (or None when it cannot
     be built). Every candidate is judged and timed, so the record shows what
-    the choice was made against.
+    the choice was made against: by ``latencies_fn({name: path})``, which times them all
+    together once all are built (``latencies_ms``: interleaved, so the ranking is not the
+    machine's load at each one's moment), or else ``latency_fn(path)``, one at a time.
     """
-    tried = []
+    if (latency_fn is None) == (latencies_fn is None):
+        raise ValueError("accuracy_aware takes one of latency_fn and latencies_fn")
+    tried, failed = [], []
     for name, build in candidates:
-        path = build()
+        try:
+            path = build()
+        except (ValueError, RuntimeError) as exc:   # onnxruntime's quantiser refusing this graph
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            print(f"note: {name} could not be built ({reason}): not a candidate", file=sys.stderr)
+            failed.append({"name": name, "meets": False, "why_not": f"could not be built: {reason}"})
+            continue
         if path is None:
             continue
         verdict = judge_fn(path)
-        tried.append({"name": name, "path": path, **verdict, "latency_ms": round(latency_fn(path), 3)})
+        tried.append({"name": name, "path": path, **verdict})
+        if latency_fn is not None:
+            tried[-1]["latency_ms"] = round(latency_fn(path), 3)
+    if latencies_fn is not None and tried:
+        measured = latencies_fn({t["name"]: t["path"] for t in tried})
+        for t in tried:
+            t["latency_ms"] = round(measured[t["name"]], 3)
     fit = [t for t in tried if t["meets"]]
     chosen = min(fit, key=lambda t: t["latency_ms"]) if fit else None
     return {"chosen": chosen["name"] if chosen else None, "path": chosen["path"] if chosen else None,
-            "tried": tried}
+            "tried": tried + failed}
 
 
 def write_report(report: dict, folder: str, metric: str) -> Dict[str, str]:
