@@ -211,3 +211,35 @@ def test_missing_extra_names_the_pip_command(export_dir, tmp_path, monkeypatch):
     with pytest.raises(CompressorError, match=r"needs openvino: pip install 'compressor\[openvino\]'"):
         export_model(export_dir, str(tmp_path / "ov"), format="openvino")
     assert not (tmp_path / "ov").exists()
+
+
+# -- the benchmark's OpenVINO peers ------------------------------------------------
+
+@pytest.mark.e2e
+def test_openvino_peers_are_timed_and_scored_in_their_own_processes(checkpoint, tmp_path):
+    """openvino-fp32 and openvino-int8 of the teacher, each in a worker process of its own; the
+    FP32 IR scores what the ONNX export scores (same model, another engine), the INT8 one is NNCF's."""
+    from compressor.bench.harness import BenchConfig
+    from compressor.bench.peers import peer_specs
+    from compressor.bench.suite import run_benchmark
+    from compressor.core.data import load_split
+    from compressor.export.onnx import score_onnx
+
+    dev = load_split("sst2", "dev", data_dir=os.environ["GLUE_DIR"], limit=32)
+    work = str(tmp_path / "peers")
+    specs = peer_specs(checkpoint, work, ["openvino-fp32", "openvino-int8"], data_dir=os.environ["GLUE_DIR"])
+    assert [(s.name, s.engine, s.precision) for s in specs] == [
+        ("openvino-fp32", "openvino", "fp32"), ("openvino-int8", "openvino", "int8-static")]
+    config = BenchConfig(sentences=8, warmup=2, threads=[1], batch_sizes=[4], throughput_batches=2, memory=False)
+    doc = run_benchmark(specs=specs, peers=(), config=config, dev=dev, out=str(tmp_path / "results.json"),
+                        command="test", log=lambda m: None)
+    rows = {(r["name"], r["batch_size"]): r for r in doc["rows"]}
+    assert set(rows) == {(n, b) for n in ("openvino-fp32", "openvino-int8") for b in (1, 4)}
+    for name in ("openvino-fp32", "openvino-int8"):
+        assert rows[name, 1]["engine"] == "openvino" and rows[name, 1]["extra"]["group"] == "peer"
+        assert 0 < rows[name, 1]["latency_ms"]["p50"] and rows[name, 4]["throughput"] > 0
+        assert rows[name, 1]["extra"]["timing"]["isolation"].split()[0] == "process"
+    plain = 100 * score_onnx(os.path.join(work, "ort-fp32"), dev)["accuracy"]   # rows give percent
+    assert rows["openvino-fp32", 1]["value"] == plain
+    assert rows["openvino-int8", 1]["value"] is not None
+    assert doc["fingerprint"]["versions"]["openvino"]

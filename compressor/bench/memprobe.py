@@ -24,10 +24,10 @@ def peak_rss_mb() -> float:
 
 def main() -> None:
     job = json.load(sys.stdin)
-    from compressor.bench.harness import Spec, build
+    from compressor.bench.harness import GRAPH_ENGINES, Spec, build
 
     spec = Spec(**job["spec"])
-    if spec.engine != "onnxruntime":  # an onnxruntime variant's process never loads torch
+    if spec.engine not in GRAPH_ENGINES:  # an onnxruntime or OpenVINO variant's process never loads torch
         import torch
 
         torch.set_num_threads(job["threads"])

@@ -7,7 +7,11 @@
 - ``ort-o2-int8``: that graph through optimum's ``ORTQuantizer``, dynamic INT8 with optimum's
   configuration for the hardware preset (the quantize stage's presets; ``auto``: this CPU's);
 - ``inc-int8``: Intel Neural Compressor static INT8 (PT2E, calibrated on training sentences),
-  run through ``torch.compile`` as INC intends.
+  run through ``torch.compile`` as INC intends;
+- ``openvino-fp32``: the plain ONNX export read by OpenVINO (IR, CPU plugin, f32 inference);
+- ``openvino-int8``: that IR through NNCF's post-training INT8 (calibrated on training
+  sentences), as ``compressor export --format openvino --int8`` writes it. Both need the
+  ``openvino`` extra.
 """
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ from compressor.core.presets import PRESET_NAMES, PRESETS, detect_preset
 
 from compressor.bench.harness import Spec
 
-PEERS = ("pytorch-fp32", "pytorch-int8", "ort-fp32", "ort-o2", "ort-o2-int8", "inc-int8")
+PEERS = ("pytorch-fp32", "pytorch-int8", "ort-fp32", "ort-o2", "ort-o2-int8", "inc-int8", "openvino-fp32",
+         "openvino-int8")
 DEFAULT_PEERS = ("pytorch-fp32", "pytorch-int8", "ort-fp32", "ort-o2", "ort-o2-int8")
 # optimum's AutoQuantizationConfig for each hardware preset (it has none for AMX, which has VNNI)
 OPTIMUM_CONFIG = {"avx2": "avx2", "avx512_vnni": "avx512_vnni", "amx": "avx512_vnni", "arm64": "arm64"}
@@ -50,7 +55,7 @@ def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_P
     params = count_parameters(load_for_task(teacher_dir)[0])
     specs = []
     onnx_plain = os.path.join(work_dir, "ort-fp32")
-    if any(p.startswith("ort") for p in peers) and not os.path.isfile(os.path.join(onnx_plain, "model.onnx")):
+    if any(p.startswith(("ort", "openvino")) for p in peers) and not os.path.isfile(os.path.join(onnx_plain, "model.onnx")):
         from compressor.export.onnx import export_onnx
 
         # the plain export: no fusions of ours, no parity pass (the peers are scored anyway)
@@ -79,7 +84,24 @@ def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_P
             specs.append(Spec(peer, teacher_dir, "inc", "int8-static", group="peer",
                               source="neural_compressor.torch StaticQuantConfig (PT2E) + torch.compile, Inductor freezing",
                               parameters=params, size_bytes=None, extra={"data_dir": data_dir}))
+        elif peer in ("openvino-fp32", "openvino-int8"):
+            int8 = peer == "openvino-int8"
+            folder = _openvino(onnx_plain, os.path.join(work_dir, peer), int8, data_dir)
+            specs.append(Spec(peer, folder, "openvino", "int8-static" if int8 else "fp32", group="peer",
+                              source="OpenVINO IR of the ONNX export" + (", NNCF post-training INT8" if int8 else "")
+                              + " (CPU plugin, f32 inference)", parameters=params,
+                              size_bytes=os.path.getsize(os.path.join(folder, "model.bin"))))
     return specs
+
+
+def _openvino(plain: str, out: str, int8: bool, data_dir: Optional[str]) -> str:
+    """The IR ``compressor export --format openvino`` writes (no parity pass: the peers are scored)."""
+    if os.path.isfile(os.path.join(out, "model.xml")):
+        return out
+    from compressor.export.targets import export_model
+
+    export_model(plain, out, format="openvino", int8=int8, parity_rows=0, data_dir=data_dir)
+    return out
 
 
 def _onnx_spec(name, path, tok_folder, params, source, precision="fp32") -> Spec:

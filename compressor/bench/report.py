@@ -28,7 +28,7 @@ RESULTS_NAME = "results.json"
 GROUP_COLOURS = {"teacher": "#d62728", "ours": "#1f77b4", "peer": "#7f7f7f"}
 PEER_LABELS = {"pytorch-fp32": "PyTorch FP32", "pytorch-int8": "PyTorch dynamic INT8",
                "ort-fp32": "ORT FP32", "ort-o2": "ORT O2", "ort-o2-int8": "ORT O2 + dynamic INT8",
-               "inc-int8": "INC INT8"}
+               "inc-int8": "INC INT8", "openvino-fp32": "OpenVINO FP32", "openvino-int8": "OpenVINO + NNCF INT8"}
 
 
 # -- reading -----------------------------------------------------------------
@@ -873,7 +873,7 @@ def print_rows(rows: Sequence[dict]) -> None:
 def _fingerprint_text(fp: dict) -> str:
     v = fp.get("versions", {})
     keep = ("torch", "transformers", "onnxruntime", "onnx", "optimum", "optimum-onnx", "neural_compressor",
-            "tokenizers", "numpy")
+            "openvino", "nncf", "tokenizers", "numpy")
     parts = [f"CPU: {fp.get('processor')} ({fp.get('cores')} cores; flags {' '.join(fp.get('cpu_flags', []))}; "
              f"the quantisation preset `auto` picks {fp.get('cpu_preset')} here)"]
     if fp.get("gpu"):

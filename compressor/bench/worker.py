@@ -46,10 +46,10 @@ class _Session:
         self.feeds = {}
 
     def build(self, spec: dict, threads: int) -> dict:
-        from compressor.bench.harness import Spec, build
+        from compressor.bench.harness import GRAPH_ENGINES, Spec, build
 
         spec = Spec(**spec)
-        if spec.engine != "onnxruntime":   # an onnxruntime variant's worker never loads torch
+        if spec.engine not in GRAPH_ENGINES:   # an onnxruntime or OpenVINO variant's worker never loads torch
             import torch
 
             torch.set_num_threads(threads)
