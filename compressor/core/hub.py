@@ -8,7 +8,10 @@ class of ``modeling_compressor.py`` in ``auto_map`` and records the shape and
 module paths under ``compressor_shape`` (:func:`write_loading_files`);
 ``from_pretrained(folder, trust_remote_code=True)`` then builds it. That file is
 for users of plain transformers only: the toolkit's own loader rebuilds shapes
-itself (``compressor.core.shapes``) and never runs code from a folder.
+itself (``compressor.core.shapes``, from ``compressor.json``'s shape or else
+``compressor_shape``), passes ``trust_remote_code=False`` to every
+``from_pretrained``, and refuses a folder that names code for a class transformers
+lacks (:func:`refuse_remote_code`): it never runs code from a folder.
 
 Every checkpoint and ONNX export folder also gets a model card, ``README.md``
 with the hub's metadata block (:func:`model_card`).
@@ -48,6 +51,64 @@ def remote_class(config) -> str | None:
     base = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.get(getattr(config, "model_type", None))
     name = f"Compressor{base}" if base else None
     return name if name and hasattr(modeling_compressor, name) else None
+
+
+def shape_from_config(config) -> dict | None:
+    """The per-layer shape ``config.json`` records for ``modeling_compressor.py``
+    (``compressor_shape``), as ``compressor.json`` records it: what the toolkit's own classes are
+    built at (``compressor.core.shapes.build_model``) for a folder that lacks ``compressor.json``'s
+    shape. None where the config records none."""
+    from compressor.core.shapes import SHAPE_KEYS
+
+    raw = getattr(config, SHAPE_KEY, None)
+    if not isinstance(raw, dict) or not isinstance(raw.get("heads"), list):
+        return None
+    shape = {key: raw[key] for key in SHAPE_KEYS if key in raw}
+    shape["layers"] = len(raw["heads"])
+    return shape
+
+
+def refuse_remote_code(path: str) -> None:
+    """One line for a folder whose ``config.json`` or ``tokenizer_config.json`` names code to run
+    (``auto_map``) for a model or tokenizer transformers has no class of its own for: loading it
+    could only run that code (transformers would ask whether to), which the toolkit never does.
+    Where transformers has its own class (every architecture the toolkit supports), the
+    toolkit's loaders use that class, ``trust_remote_code=False``, and never open the file."""
+    if not os.path.isdir(path):
+        return
+    from compressor.core.errors import CompressorError
+
+    config = read_config(path) or {}
+    model_type = config.get("model_type")
+    if config.get("auto_map"):
+        from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
+
+        if model_type not in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
+            raise CompressorError(
+                f"{os.path.join(path, 'config.json')}: auto_map names code in the folder to run for "
+                f"model type {model_type!r}, which transformers has no classifier of its own for; "
+                "compressor never runs code from a folder")
+    tokenizer = _json_object(os.path.join(path, "tokenizer_config.json"))
+    if tokenizer.get("auto_map"):
+        from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
+
+        name = tokenizer.get("tokenizer_class")   # transformers' class of that name; none named: the model type's
+        local = (any(tokenizer_class_from_name(n) is not None for n in (name, name + "Fast"))
+                 if isinstance(name, str) else model_type in TOKENIZER_MAPPING_NAMES)
+        if not local:
+            raise CompressorError(
+                f"{os.path.join(path, 'tokenizer_config.json')}: auto_map names code in the folder "
+                f"to run for tokenizer {name!r}, which transformers has no class of its own for; "
+                "compressor never runs code from a folder")
+
+
+def _json_object(file: str) -> dict:
+    try:
+        with open(file) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def layout(config) -> dict:

@@ -22,7 +22,15 @@ import torch
 
 from compressor.core.errors import CompressorError
 from compressor.core.io import atomic_dir, write_json
-from compressor.core.hub import how_it_loads, model_card, read_config, write_loading_files, write_model_card
+from compressor.core.hub import (
+    how_it_loads,
+    model_card,
+    read_config,
+    refuse_remote_code,
+    shape_from_config,
+    write_loading_files,
+    write_model_card,
+)
 from compressor.core.loaders import META_FILE, kind_of, loader_for, read_meta, register_loader
 from compressor.core.shapes import build_model, is_plain, shape_of, without_aliases
 
@@ -113,8 +121,9 @@ def load_config(name_or_path: str):
 
     path = resolve_model(name_or_path)
     _loader(path, pytorch=True)
+    refuse_remote_code(path)
     try:
-        return AutoConfig.from_pretrained(path)
+        return AutoConfig.from_pretrained(path, trust_remote_code=False)   # never a folder's code
     except Exception as exc:  # hub errors, bad JSON, unknown model_type
         raise CompressorError(_load_error(name_or_path, path, "config.json", exc)) from None
 
@@ -131,6 +140,7 @@ def load_for_task(name_or_path: str, task=None, attn_implementation: Optional[st
     """
     path = resolve_model(name_or_path)
     loader = _loader(path, pytorch)
+    refuse_remote_code(path)   # every kind: no folder makes transformers ask to run its code
     model, tokenizer = loader.load(path, task, attn_implementation=attn_implementation)
     if loader.pytorch and loader.kind not in KEEPS_DTYPE:
         as_float32(model)   # the guard: whatever a loader gave, training starts from fp32 weights
@@ -211,7 +221,12 @@ def load_hf(path: str, task=None, attn_implementation: Optional[str] = None, **_
     config = load_config(path)
     arch_of(config)  # refuse unsupported architectures up front
     _set_config_dtype(config, torch.float32)   # a shaped model is built (from_config) at this dtype
-    shape = read_meta(path).get("shape") if os.path.isdir(path) else None
+    shape = None
+    if os.path.isdir(path):
+        # a folder without compressor.json's shape (copied from the hub with the files plain
+        # transformers reads): the shape config.json records for modeling_compressor.py, built
+        # here from the toolkit's own classes, never from that file
+        shape = read_meta(path).get("shape") or shape_from_config(config)
     if not is_plain(shape, config):
         _check_labels(path, config, task)
         return load_shaped(path, config, shape, attn_implementation), load_tokenizer(path)
@@ -229,6 +244,7 @@ def load_hf(path: str, task=None, attn_implementation: Optional[str] = None, **_
         )
     kwargs.update(_safe_weights(path))
     kwargs.update(float32_kwargs())   # FP32 master weights, whatever dtype the folder stores
+    kwargs["trust_remote_code"] = False   # transformers' own classes, whatever auto_map names
     try:
         with warnings.catch_warnings():
             if not kwargs.get("use_safetensors"):
@@ -346,7 +362,7 @@ def load_tokenizer(name_or_path: str):
 
     path = resolve_model(name_or_path)
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except Exception as exc:
         raise CompressorError(_load_error(name_or_path, path, "tokenizer", exc)) from None
 
