@@ -109,7 +109,7 @@ def test_a_candidate_the_quantiser_refuses_is_recorded_not_fatal(clock, capsys):
     assert "| static | - |" in table and "could not be built" in table
 
 
-@pytest.mark.unit
+@pytest.mark.integration
 def test_latencies_of_real_graphs_are_interleaved_per_feed_block(export_dir):
     """On a real (tiny) export: every graph is timed on every feed, a median each."""
     from compressor.export.runtime import Predictor

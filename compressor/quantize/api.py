@@ -373,7 +373,7 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
     choice = sens.accuracy_aware(
         [builders[name] for name in wanted],
         judge_fn=lambda p: criterion.judge(sens.graph_outputs(src_folder, search_set, p, config.threads)),
-        latency_fn=lambda p: sens.latency_ms(src_folder, p, timing, threads=1))
+        latencies_fn=lambda paths: sens.latencies_ms(src_folder, paths, timing, threads=1))
     result.update(tried=[{k: v for k, v in t.items() if k != "path"} for t in choice["tried"]])
     if choice["chosen"] is None:
         raise CompressorError(f"no candidate ({', '.join(wanted)}) met the criterion on {search_set.split}: "
