@@ -201,9 +201,9 @@ def test_exits_weight_each_layer_by_the_rows_that_reach_it():
 
     assert _reach({"1": 6, "2": 2, "3": 2}, 3) == [1.0, 0.4, 0.2]
     assert _reach({"1": 0, "2": 0, "3": 5}, 3) == [1.0, 1.0, 1.0]
-    point = {"tokens": 1.0, "precision": "dynamic", "exit": "entropy"}
+    point = {"layers": 2, "tokens": 1.0, "precision": "dynamic", "exit": "entropy"}
     check_combination(point)
-    for bad in ({"tokens": 0.8}, {"precision": "static"}):
+    for bad in ({"tokens": 0.8}, {"precision": "static"}, {"layers": 1}):
         with pytest.raises(NotCombinable):
             check_combination({**point, **bad})
 
@@ -310,7 +310,7 @@ def test_auto_writes_the_front_the_report_and_a_deployable_pick(searched):
 def test_mixed_int8_and_early_exit_candidates(searched, glue_dir, tmp_path):
     """A mixed candidate keeps its most sensitive unit FP32 and is costed layer by layer at each
     layer's precision; an early-exit candidate (mixed too) is costed by the rows that reach each
-    layer. The table is filled with figures set here (measuring is the table test's)."""
+    layer and each exit. The table is filled with figures set here (measuring is the table test's)."""
     from compressor.auto.candidate import build_candidate
     from compressor.auto.config import AutoConfig
     from compressor.auto.latency import LatencyTable, seq_bucket
@@ -328,6 +328,7 @@ def test_mixed_int8_and_early_exit_candidates(searched, glue_dir, tmp_path):
     for precision, ms in cost.items():
         table.data["overhead"][table._overhead_key(precision, seq)] = 10 * ms
         table.data["layers"][table._layer_key(precision, seq, 4, 64)] = ms
+        table.data["exits"][table._overhead_key(precision, seq)] = ms / 2   # one exit asked
     point = {"layers": 2, "layer_rule": "top", "heads": 0.0, "ffn": 0.0, "vocab": False, "tokens": 1.0,
              "precision": "mixed", "mixed_fp32": 1, "exit": "none", "exit_target": 0.9}
 
@@ -352,8 +353,9 @@ def test_mixed_int8_and_early_exit_candidates(searched, glue_dir, tmp_path):
     assert early["reach"][0] == 1.0 and early["reach"][1] == pytest.approx(
         sum(c for layer, c in histogram.items() if int(layer) >= 2) / len(held), abs=1e-4)
     _, ms = predict_latency(table, early, exits, searched.seq)
-    expected = 10 * cost[early["overhead_precision"]] + sum(
-        share * cost[p] for share, p in zip(early["reach"], early["precisions"]))
+    rest = early["overhead_precision"]
+    expected = 10 * cost[rest] + sum(share * cost[p] for share, p in zip(early["reach"], early["precisions"]))
+    expected += early["reach"][0] * cost["fp32" if rest == "fp32" else "dynamic"] / 2   # the exit after layer 1
     assert ms == pytest.approx(expected, abs=1e-3)
 
 

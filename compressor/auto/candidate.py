@@ -36,6 +36,8 @@ def check_combination(params: dict) -> None:
     """Raise NotCombinable for a point the methods cannot build together."""
     if params.get("exit", "none") == "none":
         return
+    if params["layers"] < 2:
+        raise NotCombinable("early exit needs two layers or more (an exit before the last)")
     if params["tokens"] < 1:
         raise NotCombinable("early exit and token pruning do not combine (the exit heads read every token)")
     if params["precision"] == "static":

@@ -93,7 +93,7 @@ class LatencyTable:
                                       f"({data.get('machine_key')}, this one is {self.key}); give another path")
             return data
         return {"machine_key": self.key, "machine": self.machine, "layers": {}, "overhead": {},
-                "measured": {}, "checks": []}
+                "exits": {}, "measured": {}, "checks": []}
 
     @contextmanager
     def _locked(self):
@@ -123,13 +123,59 @@ class LatencyTable:
         seqs = [seq_bucket(s) for s in seqs]
         precisions = [precision] * len(layers) if isinstance(precision, str) else list(precision)
         rest = overhead_precision or precisions[0]
-        reach = [1.0] * len(layers) if reach is None else list(reach)
         needs = {(p, s, h, f) for (h, f), s, p in zip(layers, seqs, precisions)} | {(rest, seqs[0]) + self.full}
         self.ensure(needs)
         total = self.data["overhead"][self._overhead_key(rest, seqs[0])]
-        for (h, f), s, p, share in zip(layers, seqs, precisions, reach):
+        for (h, f), s, p, share in zip(layers, seqs, precisions, reach or [1.0] * len(layers)):
             total += share * self.data["layers"][self._layer_key(p, s, h, f)]
+        if reach is not None:   # an exit after every layer but the last, asked by the rows that got there
+            total += sum(reach[:-1]) * self.exit_cost(rest, seqs[0])
         return round(total, 4)
+
+    def exit_cost(self, precision: str, seq: int) -> float:
+        """What one exit costs a row that reaches it (its head, the rule, the next segment's call),
+        at ``precision`` (fp32 or INT8: the segments' precision) and ``seq`` tokens; measured once."""
+        precision = "fp32" if precision == "fp32" else "dynamic"
+        key = self._overhead_key(precision, seq_bucket(seq))
+        if key not in self.data.setdefault("exits", {}):
+            with self._locked():
+                if key not in self.data.setdefault("exits", {}):
+                    self._measure_exit(precision, seq_bucket(seq))
+                    write_json(self.path, self.data)
+        return self.data["exits"][key]
+
+    def _measure_exit(self, precision: str, seq: int) -> None:
+        """Two layers of the teacher's shape with an exit after the first that no row takes (every
+        row asks it, then runs the second segment), against the same two layers without exits:
+        the difference is one exit's cost."""
+        self.log(f"latency table: measuring an exit's cost at {seq} tokens, {precision}, {self.threads} thread(s)")
+        with tempfile.TemporaryDirectory(prefix=".auto-latency-") as work:
+            plain = self._as_precision(work, self._block_export(work, *self.full, 2), precision)
+            chained = self._exit_export(work, precision)
+            times = self._time({"plain": plain, "exit": chained}, seq)
+        self.data["exits"][self._overhead_key(precision, seq)] = round(max(times["exit"] - times["plain"], 0.0), 4)
+        self.data["measured"][f"{self.family}|{precision}|s{seq}|exit"] = round(times["exit"], 4)
+
+    def _exit_export(self, work: str, precision: str) -> str:
+        from compressor.core.arch import arch_of
+        from compressor.core.models import checkpoint_meta, load_tokenizer, save_checkpoint
+        from compressor.core.shapes import build_model
+        from compressor.core.settings import config_from_dict
+        from compressor.exit import EarlyExitModel, ExitExportConfig, export_segments
+        from compressor.exit.rules import never_exits
+
+        config = copy.deepcopy(self.config)
+        setattr(config, arch_of(config).num_layers_key, 2)
+        heads, ffn = self.full
+        net = EarlyExitModel(build_model(config, {"layers": 2, "heads": [heads] * 2, "ffn": [ffn] * 2}).eval(),
+                             None, rule="entropy", threshold=never_exits("entropy", 2))
+        checkpoint = os.path.join(work, "exit-l2")
+        save_checkpoint(net, load_tokenizer(self.teacher), checkpoint,
+                        checkpoint_meta(self.task, self.max_length, "auto:latency"))
+        out = os.path.join(work, f"exit-l2-{precision}-onnx")
+        export_segments(checkpoint, out, config_from_dict(ExitExportConfig, {
+            "int8": precision != "fp32", "preset": "avx2", "parity": False}, what="early_exit_export"))
+        return out
 
     def ensure(self, needs: Iterable[Tuple[str, int, int, int]]) -> None:
         """Measure every ``(precision, seq, heads, ffn)`` layer (and its overhead) not in the table."""

@@ -46,6 +46,9 @@ def run_early_exit(model, tokenizer, train_set, dev_set, config: EarlyExitConfig
         before = {"metrics": before, "score": task_score(dev_set.task, before)}
     net = EarlyExitModel(model, config.layers, config.dropout, tolerance=config.tolerance,
                          pooling=config.pooling)
+    if not net.exit_layers:
+        raise CompressorError(f"early exit: a model of {net.total_layers} layer(s) has no layer before its "
+                              "last to exit after")
     if config.calibrate.split == "holdout":
         if calibration_set is None or not len(calibration_set):
             raise CompressorError("calibrate.split: holdout needs the rows the teacher was fine-tuned without")
