@@ -262,6 +262,9 @@ def test_sensitivity_mixed_precision_and_accuracy_aware_choice(tiny, data, tmp_p
     assert [t["name"].split(" ")[0] for t in tried] == ["static-int8", "dynamic-int8", "mixed", "fp32"]
     chosen = next(t for t in tried if t["name"] == record["search"]["chosen"])
     assert chosen["meets"] and chosen["latency_ms"] == min(t["latency_ms"] for t in tried if t["meets"])
+    # the candidates were timed together, on search rows at batch 1 (sensitivity.latencies_ms)
+    assert record["search"]["latency"]["rows"] == min(100, len(data["dev"]))
+    assert all(t["latency_ms"] > 0 for t in tried)
 
 
 def test_recipe_stages_and_order(tiny, data, tmp_path, glue_dir):

@@ -374,7 +374,10 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
         [builders[name] for name in wanted],
         judge_fn=lambda p: criterion.judge(sens.graph_outputs(src_folder, search_set, p, config.threads)),
         latencies_fn=lambda paths: sens.latencies_ms(src_folder, paths, timing, threads=1))
-    result.update(tried=[{k: v for k, v in t.items() if k != "path"} for t in choice["tried"]])
+    result.update(tried=[{k: v for k, v in t.items() if k != "path"} for t in choice["tried"]],
+                  latency={"rows": len(timing), "batch_size": 1, "threads": 1,
+                           "timing": "candidates interleaved: each in turn, 10 rows a turn, the order rotating "
+                                     "(sensitivity.latencies_ms); latency_ms is each one's median"})
     if choice["chosen"] is None:
         raise CompressorError(f"no candidate ({', '.join(wanted)}) met the criterion on {search_set.split}: "
                               + "; ".join(f"{t['name']}: {t.get('why_not')}" for t in choice["tried"]))
