@@ -315,7 +315,8 @@ def test_a_lone_text_runs_at_once_and_a_busy_server_waits_for_company_in_groups_
     runs in groups of at most ``bucket`` texts (the runtime sorts them by token count)."""
     async def scenario():
         graph = SlowGraph()
-        batcher = Batcher(graph, max_batch=16, max_wait_ms=400.0, bucket=3)
+        batcher = Batcher(graph, max_batch=16, max_wait_ms=400.0, bucket=3,
+                          on_batch=lambda size, seconds: sizes.append(size))
         batcher.start()
         t0 = time.perf_counter()
         await batcher.submit(["alone"])   # idle server: no 400 ms wait
@@ -330,9 +331,31 @@ def test_a_lone_text_runs_at_once_and_a_busy_server_waits_for_company_in_groups_
         await batcher.stop()
         return lone, waited, graph, late
 
+    sizes = []
     lone, waited, graph, late = asyncio.run(scenario())
     assert lone < 0.2 and 0.3 < waited < 2.0, (lone, waited)
-    assert graph.runs == [1, 5, 2] and graph.groups == [1, 3, 2] and late[0][1] == 2.0
+    assert sizes == [1, 5, 2] and graph.runs == [1, 3, 2, 2] and late[0][1] == 2.0
+
+
+@pytest.mark.unit
+def test_each_group_of_a_batch_is_answered_as_soon_as_it_has_run():
+    async def scenario():
+        graph = SlowGraph(delay=0.3)
+        batcher = Batcher(graph, max_batch=4, max_wait_ms=0.0, bucket=2)
+        batcher.start()
+        t0, done = time.perf_counter(), {}
+
+        async def ask(n):
+            await batcher.submit(["x" * n])
+            done[n] = time.perf_counter() - t0
+
+        await asyncio.gather(*(ask(n) for n in range(1, 5)))
+        await batcher.stop()
+        return graph.runs, done
+
+    runs, done = asyncio.run(scenario())
+    assert runs == [2, 2]   # one batch of the four texts queued together, run as two groups
+    assert done[1] < 0.5 and done[2] < 0.5 and done[3] > 0.55 and done[4] > 0.55, done
 
 
 def _free_port():

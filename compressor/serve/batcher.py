@@ -9,7 +9,8 @@ previous batch held more than one text: a lone client's text runs at once, with 
 
 A batch runs in groups of at most ``bucket`` texts of like token count (the runtime sorts them),
 each padded to its own longest text: one run padded to the batch's longest computes about
-twice the tokens it holds on SST-2's sentences, which costs more than the batch saves.
+twice the tokens it holds on SST-2's sentences, which costs more than the batch saves. Each
+group's texts are answered as soon as it has run.
 """
 from __future__ import annotations
 
@@ -115,22 +116,41 @@ class Batcher:
     async def _run(self, items: List[_Item]) -> None:
         if not items:
             return
+        loop = asyncio.get_running_loop()
         start = time.perf_counter()
         try:
-            logits = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._logits, [i.text for i in items])
-        except Exception as exc:   # the model failed: every request of this batch gets the error
+            await loop.run_in_executor(self._executor, self._work, loop, items)
+        except Exception as exc:   # the model failed: every request of this batch not answered gets the error
             for i in items:
                 if not i.future.done():
                     i.future.set_exception(exc)
             return
         self.on_batch(len(items), time.perf_counter() - start)
-        for i, row in zip(items, logits):
-            if not i.future.done():
-                i.future.set_result(row)
 
-    def _logits(self, texts: list) -> np.ndarray:
-        # one tokenizer call for the batch; Predictor sorts it by token count and runs groups of
-        # ``bucket``, each padded to its longest; a chain runs groups through its segments, rows
-        # leaving at their exits
-        return self.graph.logits(texts, batch_size=1 if self.alone else min(self.bucket, len(texts)))
+    def _work(self, loop, items: List[_Item]) -> None:
+        """In the model's thread: run the batch group by group and hand each group's rows back as
+        soon as it has run, so its clients are answered (and send their next texts) while the rest
+        of the batch computes, instead of every client of a batch waiting for its last group."""
+        for rows, logits in self._groups([i.text for i in items]):
+            loop.call_soon_threadsafe(_deliver, [items[r] for r in rows], logits)
+
+    def _groups(self, texts: list):
+        """``(rows, logits)`` per run of the model: one text each (``alone``), else groups of
+        ``bucket`` texts of like token count, each padded to its own longest (the runtime's
+        ``feeds``: one tokenizer call for the batch); a graph without ``feeds`` (an early-exit
+        chain, whose rows leave at their exits) runs groups in arrival order."""
+        size = 1 if self.alone else min(self.bucket, len(texts))
+        feeds = getattr(self.graph, "feeds", None)
+        if feeds is not None:
+            for rows, feed in feeds(texts, size, "sorted"):
+                yield rows, self.graph.run(feed)
+            return
+        for start in range(0, len(texts), size):
+            rows = list(range(start, min(start + size, len(texts))))
+            yield rows, self.graph.logits([texts[r] for r in rows], batch_size=len(rows))
+
+
+def _deliver(items: List[_Item], logits: np.ndarray) -> None:
+    for i, row in zip(items, logits):
+        if not i.future.done():   # a request whose client went away is skipped
+            i.future.set_result(row)
