@@ -6,7 +6,8 @@ recovery training (``recover``: distillation from the teacher by default) on the
 step, and rescored on the held-out rows. A candidate qualifies when no other finished candidate
 would still dominate it were its score ``recover_margin`` points higher, when that score could be
 inside ``max_drop``, and when it has a pruning step to recover; the fastest ``recover_candidates``
-of those are recovered. Results are kept in ``OUT/recovered.json`` (a resumed search reuses them).
+of those are recovered. Results are kept in ``OUT/recovered.json``: a resumed search reuses those
+made with the same ``recover`` settings.
 """
 from __future__ import annotations
 
@@ -65,7 +66,9 @@ def recover_candidates(out: str, state: dict, done: list, config, log: Callable)
     from compressor.engine.scoring import _task_for
 
     path = os.path.join(out, RECOVERED)
+    recover = plain(config.recover)
     kept = {int(k): v for k, v in read_json(path).items()} if os.path.exists(path) else {}
+    kept = {k: v for k, v in kept.items() if v.get("settings") == recover}   # recovered as asked now
     todo = [t for t in to_recover(done, config, state["teacher_score"]) if t.number not in kept]
     if not todo:
         return kept
@@ -77,7 +80,6 @@ def recover_candidates(out: str, state: dict, done: list, config, log: Callable)
     held = _score_rows(held, config)
     table = default_table(config, teacher, task_spec, held, log=log)
     teacher_layers = len(_teacher_layers(teacher))
-    recover = plain(config.recover)
     for t in todo:
         log(f"recovering trial {t.number} (proxy held-out {t.values[0]:.2f}, {t.values[1]:.3f} ms): "
             f"{config.recover.mode}, {config.recover.train.epochs:g} epoch(s)")
@@ -87,7 +89,7 @@ def recover_candidates(out: str, state: dict, done: list, config, log: Callable)
             cand = build_candidate(teacher, task_spec, train_set, held, dict(t.params), work, teacher_layers,
                                    config, log=log, recover=recover)
         except CompressorError as exc:
-            kept[t.number] = {"error": str(exc).splitlines()[0]}
+            kept[t.number] = {"error": str(exc).splitlines()[0], "settings": recover}
             log(f"trial {t.number}: recovery failed: {kept[t.number]['error']}")
         else:
             seqs, latency = predict_latency(table, cand, dict(t.params), state["seq_len"])
@@ -97,7 +99,8 @@ def recover_candidates(out: str, state: dict, done: list, config, log: Callable)
             kept[t.number] = {"score": cand["score"], "latency_ms": latency, "size_bytes": cand["size_bytes"],
                               "folder": os.path.relpath(cand["folder"], out), "steps": cand["steps"],
                               "stages": cand["stages"], "exits": cand["exits"],
-                              "proxy_score": t.values[0], "gain": round(cand["score"] - t.values[0], 4)}
+                              "proxy_score": t.values[0], "gain": round(cand["score"] - t.values[0], 4),
+                              "settings": recover}
             log(f"trial {t.number}: recovered held-out {cand['score']:.2f} (proxy {t.values[0]:.2f})")
         write_json(path, {str(k): v for k, v in sorted(kept.items())})
     return kept
