@@ -163,6 +163,30 @@ def test_target_gpu_is_refused_in_one_line_without_a_gpu(monkeypatch, capsys, tm
 
 
 @pytest.mark.unit
+def test_target_gpu_times_graphs_with_the_cuda_provider(monkeypatch, tmp_path):
+    """The table's timings for --target gpu go to the harness as CUDA variants, whose ONNX sessions
+    get onnxruntime's CUDA provider (no GPU here: the calls are captured, not run)."""
+    from compressor.auto import latency
+    from compressor.bench import harness
+    from compressor.export import runtime
+
+    asked = {}
+    monkeypatch.setattr(harness, "isolated_latency", lambda specs, texts, threads, config: asked.update(
+        specs=specs, texts=texts) or {spec.name: [0.001, 0.002, 0.003] for spec in specs})
+    times = latency.time_folders({"a": str(tmp_path)}, 16, 1, 3, target="gpu")
+    assert times["a"] == pytest.approx(2.0) and [s.device for s in asked["specs"]] == ["cuda"]
+    assert latency.time_folders({"a": str(tmp_path)}, 16, 1, 3) and asked["specs"][0].device == "cpu"
+    opened = {}
+    monkeypatch.setattr(runtime, "open_graph", lambda folder, **kw: opened.update(kw) or SimpleNamespace(
+        encode=None, run=None))
+    harness._build_ort(harness.Spec(name="a", path=str(tmp_path), engine="onnxruntime", device="cuda"), 1)
+    assert opened["providers"][0] == "CUDAExecutionProvider"
+    harness._build_ort(harness.Spec(name="a", path=str(tmp_path), engine="onnxruntime"), 1)
+    assert opened["providers"] is None
+    assert latency.machine_key("gpu")[0] != latency.machine_key("cpu")[0]
+
+
+@pytest.mark.unit
 def test_recovery_goes_to_candidates_that_may_enter_the_front():
     from compressor.auto.candidate import recipe_stages
     from compressor.auto.config import AutoConfig
