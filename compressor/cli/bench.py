@@ -43,7 +43,7 @@ def register(cli):
     @click.option("--teacher", default=None, help="The teacher checkpoint: benchmarked, and the peers are made from it.")
     @click.option("--peers", default="pytorch-fp32,pytorch-int8,ort-fp32,ort-o2,ort-o2-int8", show_default=True,
                   help="Peers applied to the teacher: pytorch-fp32, pytorch-int8, ort-fp32, ort-o2, "
-                       "ort-o2-int8, inc-int8 (or none).")
+                       "ort-o2-int8, inc-int8, openvino-fp32, openvino-int8 (or none).")
     @click.option("--preset", default="auto", show_default=True,
                   help="Hardware preset for ort-o2-int8, as for compressor quantize: avx2, avx512_vnni, amx, arm64, "
                        "auto (from the CPU flags).")
