@@ -10,7 +10,7 @@ real dev rows, one at a time, and writes what it saw to ``parity.json``.
 
 ``compressor.export.openvino_runtime.OpenVINOPredictor`` runs such a folder: the ``Predictor``'s
 tokenisation, batching and labels over the compiled IR, so ``compressor.export.runtime.open_graph`` (scoring,
-``predict --onnx``, ``serve``, the benchmark) opens an OpenVINO folder as it opens an ONNX one.
+``predict --onnx``, the benchmark) opens an OpenVINO folder as it opens an ONNX one.
 
 Needs the ``openvino`` extra (``openvino``, ``nncf``): ``pip install 'compressor[openvino]'``.
 optimum-intel is not used: its 2.2 release wants optimum 2.3 (and a newer torch), the toolkit
