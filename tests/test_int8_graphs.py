@@ -109,3 +109,21 @@ def test_static_int8_of_an_mpnet_graph_keeps_per_channel_weights(mpnet_export, t
     assert len(per_channel) == 14
     assert all(scale == (dims[axis],) for dims, scale, axis in per_channel)
     assert all(scale in ((), (1,)) for _, scale, _ in weights(False))
+
+
+@pytest.mark.unit
+def test_symbolic_shape_inference_leaves_nothing_in_the_working_folder(tmp_path, monkeypatch):
+    """When onnxruntime's symbolic inference stops short it saves sym_shape_infer_temp.onnx and
+    UUID-named external data into the working folder (a checkout collected dozens): it runs in a
+    scratch folder, and the working folder is the same again afterwards."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    def stops_short(model, **kwargs):
+        open("sym_shape_infer_temp.onnx", "w").close()
+        raise Exception("Incomplete symbolic shape inference")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(stops_short))
+    with pytest.raises(Exception, match="Incomplete"):
+        ox.symbolic_shapes(onnx.ModelProto())
+    assert list(tmp_path.iterdir()) == [] and str(tmp_path) == __import__("os").getcwd()

@@ -134,12 +134,13 @@ def _ort_int8(o2_file: str, out: str, preset: str) -> str:
     # onnxruntime's quantiser needs every tensor's type, which plain ONNX shape inference cannot
     # give for the fused (com.microsoft) operators of O2: infer them symbolically first
     import onnx
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    from compressor.export.int8 import symbolic_shapes
 
     with atomic_dir(out) as tmp:
         shutil.copy2(os.path.join(os.path.dirname(o2_file), "config.json"), tmp)
         typed = os.path.join(tmp, "typed.onnx")
-        onnx.save(SymbolicShapeInference.infer_shapes(onnx.load(o2_file), auto_merge=True), typed)
+        onnx.save(symbolic_shapes(onnx.load(o2_file)), typed)
         quantizer = ORTQuantizer.from_pretrained(tmp, file_name="typed.onnx")
         config = getattr(AutoQuantizationConfig, OPTIMUM_CONFIG[preset])(is_static=False, per_channel=False)
         quantizer.quantize(config, save_dir=tmp, file_suffix=None)

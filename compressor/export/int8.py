@@ -123,6 +123,24 @@ def _extra_options(preset: HardwarePreset, **more) -> dict:
             "ActivationSymmetric": preset.symmetric_activations, **more}
 
 
+def symbolic_shapes(model):
+    """``model`` with every tensor typed by ONNX Runtime's symbolic shape inference. When that
+    inference stops short it writes its partial graph, ``sym_shape_infer_temp.onnx`` and
+    external-data files named by UUIDs, into the working folder before raising: it runs in a
+    temporary folder here, so nothing lands in the user's folder (a checkout collected dozens)."""
+    import tempfile
+
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="compressor-shapes-") as scratch:
+        os.chdir(scratch)
+        try:
+            return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+        finally:
+            os.chdir(here)
+
+
 def _model_proto(path: str, optimize: bool):
     """The graph to quantise: as exported, or after ONNX Runtime's BERT fusions; with every tensor typed.
 
@@ -132,7 +150,6 @@ def _model_proto(path: str, optimize: bool):
     """
     import onnx
     import onnx.helper
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
     from compressor.export.onnx import load_graph
 
@@ -145,7 +162,7 @@ def _model_proto(path: str, optimize: bool):
         if not any(o.domain == "com.microsoft" for o in model.opset_import):
             model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
     try:
-        return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+        return symbolic_shapes(model)
     except Exception:  # an operator it does not know: quantise with what ONNX infers
         return model
 
