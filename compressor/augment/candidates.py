@@ -150,7 +150,8 @@ def masked_lm(path: str):
     from compressor.core.models import load_tokenizer
 
     try:
-        model, info = transformers.AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+        model, info = transformers.AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True,
+                                                                         trust_remote_code=False)
     except Exception:   # noqa: BLE001 -- a probe: a folder that does not load as a masked LM has no head
         return None
     prefix = f"{model.base_model_prefix}."

@@ -248,8 +248,8 @@ def load_quantized(path: str, task=None, **_):
     info = check_quantized_folder(path)
     info_file = os.path.join(path, INFO_FILE)
     method = info["method"]
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    config = AutoConfig.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     if task is not None and config.num_labels != task.num_labels:
         raise CompressorError(f"{path} classifies into {config.num_labels} labels but task "
                               f"{task.name} has {task.num_labels}")
@@ -259,7 +259,7 @@ def load_quantized(path: str, task=None, **_):
         if not is_plain(shape, config):
             return load_shaped(path, config, shape).to(dtype).eval(), tokenizer
         return AutoModelForSequenceClassification.from_pretrained(
-            path, dtype=dtype, use_safetensors=True).eval(), tokenizer
+            path, dtype=dtype, use_safetensors=True, trust_remote_code=False).eval(), tokenizer
     if method == "inc":
         from compressor.quantize.inc import rebuild_inc
 
