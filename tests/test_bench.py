@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import save_sst2_classifier
 from compressor.core.data import load_split
 from compressor.core.errors import CompressorError
 from compressor.core.results import REQUIRED, read_results
@@ -17,8 +16,9 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def teacher(tmp_path_factory, minilm_dir):
-    return save_sst2_classifier(tmp_path_factory.mktemp("bench") / "teacher", minilm_dir)
+def teacher(checkpoint):
+    """The tiny SST-2 classifier; its ONNX export is ``export_dir`` (tests/conftest.py)."""
+    return checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +59,11 @@ def test_peers_are_built_and_int8_is_smaller(teacher, tmp_path):
         peer_specs(teacher, str(tmp_path / "p2"), ["ort-o2-int8"], preset="neon9")
 
 
-def test_run_benchmark_measures_every_variant(teacher, dev, tmp_path):
+def test_run_benchmark_measures_every_variant(teacher, export_dir, dev, tmp_path):
     from compressor.bench.harness import BenchConfig
     from compressor.bench.suite import run_benchmark
-    from compressor.export.onnx import export_onnx
 
-    onnx_dir = str(tmp_path / "onnx")
-    export_onnx(teacher, onnx_dir, parity=False)
+    onnx_dir = export_dir
     out = str(tmp_path / "results.json")
     config = BenchConfig(sentences=12, warmup=2, threads=[1, 2], batch_sizes=[4], throughput_batches=2,
                          memory=True)
@@ -163,7 +161,7 @@ def test_graph_parameters_are_the_checkpoints(minilm_pair, tmp_path):
     assert onnx_parameters(str(tmp_path / "missing.onnx")) is None
 
 
-def test_worker_replies_survive_library_prints_and_errors_are_one_line(minilm_pair, tmp_path):
+def test_worker_replies_survive_library_prints_and_errors_are_one_line(export_dir, tmp_path):
     """A worker's stdout belongs to the protocol: what a library prints (Python or C) goes to
     stderr; a variant that cannot be built is one line naming it."""
     import subprocess
@@ -177,7 +175,7 @@ def test_worker_replies_survive_library_prints_and_errors_are_one_line(minilm_pa
              "def loud(self, *a, **k):\n    print('printed by a library')\n"
              "    os.write(1, b'written to fd 1\\n')\n    return build(self, *a, **k)\n"
              "w._Session.build = loud\nw.main()\n")
-    request = json.dumps({"op": "build", "spec": asdict(Spec("t", minilm_pair[1], "onnxruntime")), "threads": 1})
+    request = json.dumps({"op": "build", "spec": asdict(Spec("t", export_dir, "onnxruntime")), "threads": 1})
     done = subprocess.run([sys.executable, "-c", noisy], input=request + "\n" + '{"op": "quit"}\n',
                           capture_output=True, text=True, timeout=300)
     replies = [json.loads(line) for line in done.stdout.splitlines()]
