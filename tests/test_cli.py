@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from compressor.cli import main
+from conftest import save_sst2_classifier
 
 
 def run_cli(capsys, *args):
@@ -152,3 +153,20 @@ def test_an_interrupted_command_says_whether_running_it_again_resumes():
     assert _interrupted(["run", "recipe.yaml", "--out", "r"]).endswith("again to resume")
     assert "incomplete" in _interrupted(["bench", "m", "--out", "x"])
     assert _interrupted(["finetune", "--task", "sst2"]).endswith("to start over")
+
+
+# the command-line convention's check of stderr (tests/test_cli_convention.py), as a user
+# runs it: a whole run in a process of its own, so e2e, not the unit tier
+@pytest.mark.e2e
+def test_a_run_prints_no_dependency_warnings(tmp_path, minilm_dir, glue_dir):
+    model = save_sst2_classifier(tmp_path / "m", minilm_dir)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"task: sst2\nteacher: {{model: {model}}}\ndata: {{dev_limit: 8, train_limit: 8}}\n"
+                      "stages:\n  - quantize_torch: {backend: torchao, method: dynamic}\n")
+    env = dict(os.environ, PYTHONWARNINGS="default")   # what a user with warnings shown would see
+    result = subprocess.run([sys.executable, "-m", "compressor", "run", str(recipe), "--out",
+                             str(tmp_path / "run"), "--data-dir", glue_dir],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    for noise in ("Failed to load", "FutureWarning", "_pytree"):
+        assert noise not in result.stderr, result.stderr

@@ -1,9 +1,6 @@
 """One command-line convention: MODEL first, --out a folder, every option described, an example in
-every --help, one error prefix, no dependency noise on stderr."""
+every --help, one error prefix (no dependency noise on a run's stderr: tests/test_cli.py, e2e)."""
 import json
-import os
-import subprocess
-import sys
 
 import click
 import pytest
@@ -116,17 +113,3 @@ def test_eval_and_predict_write_inside_the_out_folder(tmp_path, minilm_dir, glue
     main(["predict", model, "--input", str(rows), "--text-column", "sentence", "--out", str(tmp_path / "pr")])
     assert len((tmp_path / "pr" / "predictions.tsv").read_text().splitlines()) == 3
     capsys.readouterr()
-
-
-def test_a_run_prints_no_dependency_warnings(tmp_path, minilm_dir, glue_dir):
-    model = save_sst2_classifier(tmp_path / "m", minilm_dir)
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(f"task: sst2\nteacher: {{model: {model}}}\ndata: {{dev_limit: 8, train_limit: 8}}\n"
-                      "stages:\n  - quantize_torch: {backend: torchao, method: dynamic}\n")
-    env = dict(os.environ, PYTHONWARNINGS="default")   # what a user with warnings shown would see
-    result = subprocess.run([sys.executable, "-m", "compressor", "run", str(recipe), "--out",
-                             str(tmp_path / "run"), "--data-dir", glue_dir],
-                            capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr
-    for noise in ("Failed to load", "FutureWarning", "_pytree"):
-        assert noise not in result.stderr, result.stderr
