@@ -39,9 +39,18 @@ def mpnet_teacher(tmp_path_factory, minilm_dir):
     return path
 
 
-def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = "") -> str:
+def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = "",
+           peers: bool = True) -> str:
     """The recipe with small data slices, one epoch a phase, narrow students, the CPU, and a
-    short benchmark: every stage and phase the recipe names still runs, on less."""
+    short benchmark: every stage and phase the recipe names still runs, on less. ``peers``
+    false: the benchmark times the run's own models alone (the peers are the teacher's, the
+    same in every chain: one recipe's run times them)."""
+    with open(out, "w") as f:
+        yaml.safe_dump(shrunk_doc(path, general_teacher, general_cache, peers), f)
+    return out
+
+
+def shrunk_doc(path: str, general_teacher: str = "", general_cache: str = "", peers: bool = True) -> dict:
     with open(path) as f:
         doc = yaml.safe_load(f)
     doc["data"] = {"train_limit": 48, "dev_limit": 16}
@@ -63,7 +72,7 @@ def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = 
             student.update(hidden_size=24, ffn_size=32)   # (48) as the papers' are: same depth and heads
         if name == "bench":
             settings.update(sentences=4, threads=[1], batch_sizes=[],
-                            peers=[p for p in settings.get("peers", []) if p != "inc-int8"])
+                            peers=[p for p in settings.get("peers", []) if p != "inc-int8" and peers])
         if name == "early_exit":
             settings["calibrate"] = {**settings.get("calibrate", {}), "rows": 16, "target": 0.99}
         if name == "augment":
@@ -76,9 +85,7 @@ def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = 
             settings["general_teacher"] = general_teacher
         if settings.get("general_cache"):
             settings["general_cache"] = general_cache
-    with open(out, "w") as f:
-        yaml.safe_dump(doc, f)
-    return out
+    return doc
 
 
 def test_every_seed_system_has_an_mpnet_recipe():
@@ -104,11 +111,45 @@ def held_out_teacher(teacher: str, out: str, glue_dir: str) -> str:
     return out
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: os.path.basename(p)[:-5])
-def test_the_recipe_runs_on_an_mpnet_teacher(recipe, mpnet_teacher, glue_dir, tmp_path):
-    path = shrunk(recipe, str(tmp_path / "r.yaml"), mpnet_teacher, str(tmp_path / "general"))
+def chooses_on_holdout(recipe: str) -> bool:
+    return bool(re.search(r"(search_on|split): holdout", open(recipe).read()))
+
+
+def alike(recipes) -> list:
+    """The recipes grouped where their shrunk forms run the same stages with the same settings
+    (the task and teacher are the test's, the names differ): one run checks a group."""
+    groups = {}
+    for recipe in recipes:
+        doc = shrunk_doc(recipe)
+        for key in ("name", "task", "teacher"):      # the run's task and teacher are the test's
+            doc.pop(key, None)
+        key = json.dumps([doc, chooses_on_holdout(recipe)], sort_keys=True)
+        groups.setdefault(key, []).append(recipe)
+    return list(groups.values())
+
+
+def test_recipes_that_shrink_alike_are_run_once():
+    groups = alike(RECIPES)
+    assert sorted(p for group in groups for p in group) == RECIPES
+    twice = [[os.path.basename(p) for p in g] for g in groups if len(g) > 1]
+    assert ["chain-augmented-sst2.yaml", "chain-augmented.yaml"] in twice   # CoLA's 20 copies shrink to 2
+    assert not any({"qbert-mixed.yaml", "qbert-mixed-holdout.yaml"} <= set(g) for g in twice)   # where rows come from counts
+
+
+@pytest.mark.parametrize("group", alike(RECIPES),
+                         ids=lambda g: "+".join(os.path.basename(p)[:-5] for p in g))
+def test_the_recipe_runs_on_an_mpnet_teacher(group, mpnet_teacher, glue_dir, tmp_path):
+    from compressor.recipe import validate_recipe
+
+    recipe = group[0]
+    for other in group[1:]:                 # the run below is theirs too: they need only be valid
+        assert validate_recipe(shrunk(other, str(tmp_path / "alike.yaml"), mpnet_teacher,
+                                      str(tmp_path / "general"))) == [], other
+    # the peers (the teacher's) are timed in chain.yaml's run; the other chains time their own models
+    path = shrunk(recipe, str(tmp_path / "r.yaml"), mpnet_teacher, str(tmp_path / "general"),
+                  peers=os.path.basename(recipe) == "chain.yaml")
     teacher = held_out_teacher(mpnet_teacher, str(tmp_path / "teacher"), glue_dir) \
-        if re.search(r"(search_on|split): holdout", open(recipe).read()) else mpnet_teacher
+        if chooses_on_holdout(recipe) else mpnet_teacher
     manifest = run_recipe(path, str(tmp_path / "run"), data_dir=glue_dir, task="sst2",
                           teacher=teacher, log=lambda msg: None)
     stages = manifest["stages"]
