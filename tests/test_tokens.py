@@ -142,7 +142,13 @@ def test_bad_settings_are_one_line():
                           ({"keep": 0}, "keep must be in (0, 1]"),
                           ({"threshold": [0.1, "x"]}, "threshold must be a number"),
                           ({"threshold": -1}, "threshold must be in [0, 1]"),
-                          ({"by": "ratio", "keep": 0.5, "learn": True}, "learn trains thresholds")):
+                          ({"by": "ratio", "keep": 0.5, "learn": True}, "learn trains thresholds"),
+                          ({"search_on": "holdout"}, "set search_steps > 0"),
+                          ({"search_steps": -1}, "search_steps"),
+                          ({"search_on": "holdout", "search_steps": 5, "candidates": [0.1, [0.2]]},
+                           "kept_weight values"),
+                          ({"augment": "rows", "kd_weight": 0}, "set kd_weight > 0"),
+                          ({"augment": "rows", "learn": False, "hard_epochs": 0}, "this stage trains nothing")):
         with pytest.raises(CompressorError) as err:
             config_from_dict(TokenPruneConfig, values, what="token_prune").check()
         assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
@@ -299,5 +305,141 @@ def test_search_chooses_on_the_held_out_rows_the_fewest_tokens_within_the_drop(t
     assert_one_line_error(code, err, "needs a model fine-tuned with --holdout N")
     code, _, err = run_cli(capsys, "token-prune", teacher, "--out", str(tmp_path / "bad"),
                            "--set", "search_on=holdout", "--data-dir", glue_dir)
-    assert_one_line_error(code, err, "set learn: false to search")
+    assert_one_line_error(code, err, "set search_steps > 0")
     assert not (tmp_path / "bad").exists() and not (tmp_path / "none").exists()
+    # tuned search (real training, 2 steps a candidate): every candidate and the unpruned model tuned
+    tuned = token_prune(teacher, str(tmp_path / "tuned"), {**settings, "search_steps": 2, "max_drop": 100.0},
+                        data_dir=glue_dir, train_limit=64, dev_limit=8)["search"]
+    assert tuned["unpruned_tuning"]["steps"] == 2 and tuned["tuning_rows"] == 64   # 64 training rows besides the held ones
+    assert all(c["tuning"]["steps"] == 2 and "score_before" in c and "score" in c for c in tuned["candidates"])
+    assert tuned["order"][0] == 1.0   # least pruning first
+    # learnt thresholds: the candidates are kept_weight values, each one's soft phase in the search
+    learnt = token_prune(teacher, str(tmp_path / "learnt"),
+                         {"threshold": 0.05, "search_on": "holdout", "search_steps": 2, "candidates": [0.1, 2.0],
+                          "max_drop": 100.0, "hard_epochs": 0, "train": {"max_length": 32, "batch_size": 16}},
+                         data_dir=glue_dir, train_limit=64, dev_limit=8)
+    search = learnt["search"]
+    assert [c["candidate"] for c in search["candidates"]] == [0.1, 2.0]
+    assert all(c["values"] != [0.05] and c["tuning"]["steps"] == 2 for c in search["candidates"])
+    assert learnt["phases"]["soft"]["in_search"] and learnt["phases"]["hard"] is None
+    assert learnt["values"] == search["values"]
+
+
+class _FakeTraining:
+    """``fit`` and ``score`` stand-ins for the search: tuning notes the weights it started from
+    and the rule it tuned under (and moves the classifier's bias); a rule scores ``tuned`` on the
+    held-out rows once tuned under, ``untuned`` before; the unpruned model ``unpruned``."""
+
+    def __init__(self, untuned, tuned, unpruned):
+        self.untuned, self.tuned, self.unpruned = untuned, tuned, unpruned
+        self.calls = []
+
+    def fit(self, model, tokenizer, train_set, dev_set, config, loss_fn, desc="", callbacks=()):
+        start = {k: v.clone() for k, v in model.state_dict().items()}
+        self.calls.append({"start": start, "values": model.values(), "mode": model.mode,
+                           "kept_weight": loss_fn.kept_weight, "steps": config.max_steps, "dev": dev_set})
+        model.tuned_under = model.values()
+        with torch.no_grad():
+            model.backbone.classifier.bias.add_(len(self.calls))
+        return {"steps": config.max_steps, "train_time_s": 0.0, "best": None}
+
+    def score(self, model, tokenizer, dataset, max_length, batch_size=64, device=None, desc=None):
+        from compressor.tokens.model import TokenPrunedModel
+
+        if not isinstance(model, TokenPrunedModel):
+            value = self.unpruned[1 if self.calls else 0]
+        else:
+            key = tuple(model.values())
+            tuned = getattr(model, "tuned_under", None) == model.values()
+            value = (self.tuned if tuned else self.untuned)[key]
+        return {"accuracy": value / 100}
+
+
+@pytest.mark.unit
+def test_search_tunes_each_candidate_from_the_same_weights_and_keeps_one_that_tuning_recovers(
+        monkeypatch, minilm_dir, glue_dir):
+    from compressor.core.data import get_task, load_data
+    from compressor.engine import scoring, train
+    from compressor.tokens.api import search_values
+    from compressor.tokens.config import TokenPruneConfig
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    task = get_task("sst2")
+    rows = load_data(task, "dev", glue_dir, 12)
+    schedules = [[0.8, 1.0], [0.4, 1.0], [0.3, 0.5], [0.5, 0.5]]
+    # before tuning every schedule loses 10 points; tuned, 0.8 and 0.5/0.5 recover within 1 point
+    # of the tuned unpruned model, 0.4 loses 6 (> search_skip_drop 5), which rules out 0.3/0.5
+    fake = _FakeTraining(untuned={tuple(v): 80.0 for v in schedules},
+                         tuned={(0.8, 1.0): 90.5, (0.4, 1.0): 85.0, (0.3, 0.5): 91.0, (0.5, 0.5): 90.0},
+                         unpruned=(90.0, 91.0))
+    monkeypatch.setattr(train, "fit", fake.fit)
+    monkeypatch.setattr(scoring, "score", fake.score)
+    config = TokenPruneConfig(by="ratio", learn=False, search_on="holdout", candidates=schedules,
+                              search_steps=7, max_drop=1.0, search_skip_drop=5.0, train={"max_length": 32})
+    config.check()
+    pruned = prune_tokens(_classifier("bert"), config, tokenizer)
+    record = search_values(pruned, tokenizer, rows, config, task, device="cpu", train_set=rows)
+    # least pruning first (the share kept before tuning); the unpruned model tuned first, the same way
+    assert record["order"][0] == [0.8, 1.0] and record["order"][-1] in ([0.3, 0.5], [0.5, 0.5])
+    tuned = [c for c in record["candidates"] if "tuning" in c]
+    assert len(fake.calls) == 1 + len(tuned) == 4   # 0.3/0.5 skipped
+    assert fake.calls[0]["values"] == [1.0, 1.0]
+    assert [c["values"] for c in fake.calls[1:]] == [c["values"] for c in sorted(
+        tuned, key=lambda c: record["order"].index(c["candidate"]))]
+    for call in fake.calls:
+        assert call["steps"] == 7 and call["mode"] == "hard" and call["kept_weight"] == 0.0
+        assert call["dev"] is rows   # tuned runs evaluate on the held-out rows, never dev
+        assert all(torch.equal(call["start"][k], fake.calls[0]["start"][k]) for k in call["start"])
+    skipped = next(c for c in record["candidates"] if c["candidate"] == [0.3, 0.5])
+    assert "skipped" in skipped and not skipped["within"] and "score" not in skipped
+    assert record["unpruned_score_before"] == 90.0 and record["unpruned_score"] == 91.0
+    by = {tuple(c["candidate"]): c for c in record["candidates"]}
+    assert by[(0.8, 1.0)]["score_before"] == 80.0 and by[(0.8, 1.0)]["score"] == 90.5
+    assert by[(0.8, 1.0)]["drop_before"] == 10.0 and by[(0.8, 1.0)]["drop"] == 0.5
+    assert by[(0.5, 0.5)]["within"] and by[(0.4, 1.0)]["drop"] == 6.0 and not by[(0.4, 1.0)]["within"]
+    # kept: the one computing on the fewest tokens within the drop, with its own tuned weights
+    assert record["chosen"] == [0.5, 0.5] and pruned.values() == [0.5, 0.5]
+    chosen_call = 1 + [c["values"] for c in fake.calls[1:]].index([0.5, 0.5])
+    expected = fake.calls[0]["start"]["backbone.classifier.bias"] + chosen_call + 1
+    assert torch.allclose(pruned.backbone.classifier.bias, expected)
+    # scored untuned (search_steps 0), the same schedules all lose 10 points: none is kept
+    fake.calls.clear()
+    untuned = search_values(prune_tokens(_classifier("bert"), config, tokenizer), tokenizer, rows,
+                            TokenPruneConfig(**{**config.__dict__, "search_steps": 0, "search_skip_drop": 0.0}),
+                            task, device="cpu")
+    assert untuned["chosen"] is None and not fake.calls
+    assert all(c["drop"] == 10.0 for c in untuned["candidates"])
+
+
+@pytest.mark.unit
+def test_learnt_thresholds_search_soft_phases_one_kept_weight_each(monkeypatch, minilm_dir, glue_dir):
+    from compressor.core.data import get_task, load_data
+    from compressor.engine import train
+    from compressor.tokens.api import search_values
+    from compressor.tokens.config import TokenPruneConfig
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    task = get_task("sst2")
+    rows = load_data(task, "dev", glue_dir, 12)
+    calls = []
+
+    def fit(model, tokenizer, train_set, dev_set, config, loss_fn, desc="", callbacks=()):
+        calls.append((model.mode, loss_fn.kept_weight, bool(model.thresholds.requires_grad),
+                      model.thresholds.detach().tolist()))
+        with torch.no_grad():   # "learning": the thresholds rise with the kept_weight
+            model.thresholds.add_(0.01 * loss_fn.kept_weight)
+        return {"steps": config.max_steps, "train_time_s": 0.0, "best": None}
+
+    monkeypatch.setattr(train, "fit", fit)
+    config = TokenPruneConfig(threshold=0.02, search_on="holdout", search_steps=3, candidates=[1.0, 0.2],
+                              max_drop=100.0, train={"max_length": 32})
+    config.check()
+    pruned = prune_tokens(_classifier("bert"), config, tokenizer)
+    record = search_values(pruned, tokenizer, rows, config, task, device="cpu", train_set=rows)
+    assert record["order"] == [0.2, 1.0]   # the lowest kept_weight (least pruning) first
+    assert calls[0][:3] == ("hard", 0.0, False) and calls[0][3] == [0.0, 0.0]   # the unpruned model
+    assert [c[:3] for c in calls[1:]] == [("soft", 0.2, True), ("soft", 1.0, True)]
+    assert all(c[3] == pytest.approx([0.01, 0.02]) for c in calls[1:])   # the same starting thresholds
+    by = {c["candidate"]: c for c in record["candidates"]}
+    assert by[1.0]["values"] == pytest.approx([0.02, 0.03]) and by[0.2]["values"] == pytest.approx([0.012, 0.022])
+    assert by[1.0]["mean_share"] <= by[0.2]["mean_share"]

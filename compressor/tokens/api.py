@@ -51,17 +51,28 @@ def prune_tokens(model: nn.Module, config=None, tokenizer=None, separators=None,
 
 
 class TokenPruneLoss:
-    """``loss_fn(model, batch)`` of ``fit``: the task loss, ``kd_weight`` times the teacher's
-    soft targets, and (soft phase) ``kept_weight`` times the mean share of tokens kept."""
+    """``loss_fn(model, batch)`` of ``fit``: the task loss (on the rows with a label: augmented
+    rows have none), ``kd_weight`` times the teacher's soft targets, and (soft phase)
+    ``kept_weight`` times the mean share of tokens kept."""
 
     def __init__(self, teacher: Optional[nn.Module], config: TokenPruneConfig, kept_weight: float):
         self.teacher, self.config, self.kept_weight = teacher, config, kept_weight
 
     def __call__(self, model, batch: dict) -> torch.Tensor:
-        out = model(**batch)
-        loss = out.loss
+        from compressor.core.batches import has_label
+        from compressor.engine.losses import task_loss
+
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        out = model(**inputs)
+        labels = batch.get("labels")
+        loss = out.logits.new_zeros(()).float()
+        if labels is not None:
+            known = has_label(labels)
+            if known.all():
+                loss = task_loss(out.logits, labels)
+            elif known.any():
+                loss = task_loss(out.logits[known], labels[known])
         if self.teacher is not None and self.config.kd_weight:
-            inputs = {k: v for k, v in batch.items() if k != "labels"}
             with torch.no_grad():
                 teacher_logits = self.teacher(**inputs).logits
             loss = loss + self.config.kd_weight * soft_targets(out.logits, teacher_logits,
@@ -71,32 +82,49 @@ class TokenPruneLoss:
         return loss
 
 
-def learn(pruned: TokenPrunedModel, tokenizer, train_set, dev_set, config: TokenPruneConfig,
-          teacher: Optional[nn.Module] = None, desc: str = "token prune") -> dict:
-    """Train ``pruned`` in place: the soft phase (``config.learn``: thresholds learnt with the
-    weights, ``config.train``) then the hard phase (``config.hard_epochs``: the rule frozen, the
-    weights tuned). Returns ``{"soft": record, "hard": record}`` (each None when not run)."""
+def soft_phase(pruned: TokenPrunedModel, tokenizer, train_set, dev_set, config: TokenPruneConfig, train,
+               teacher: Optional[nn.Module], kept_weight: float, desc: str) -> dict:
+    """LTP's soft phase: the thresholds learnt with the weights (``train``: a TrainConfig) at
+    ``kept_weight``; returns ``fit``'s result. The thresholds end clamped at 0, frozen."""
     from compressor.engine.train import fit
 
+    pruned.mode = "soft"
+    pruned.threshold_scale = config.threshold_lr / train.lr
+    pruned.thresholds.requires_grad_(True)
+    try:
+        return fit(pruned, tokenizer, train_set, dev_set, train,
+                   TokenPruneLoss(teacher, config, kept_weight), desc=desc)
+    finally:
+        pruned.thresholds.requires_grad_(False)
+        with torch.no_grad():
+            pruned.thresholds.clamp_(min=0.0)
+
+
+def hard_phase(pruned: TokenPrunedModel, tokenizer, train_set, dev_set, config: TokenPruneConfig, train,
+               teacher: Optional[nn.Module], desc: str) -> dict:
+    """The weights tuned under the frozen rule (tokens masked as inference drops them)."""
+    from compressor.engine.train import fit
+
+    pruned.mode = "hard"
+    return fit(pruned, tokenizer, train_set, dev_set, train, TokenPruneLoss(teacher, config, 0.0), desc=desc)
+
+
+def learn(pruned: TokenPrunedModel, tokenizer, train_set, dev_set, config: TokenPruneConfig,
+          teacher: Optional[nn.Module] = None, desc: str = "token prune", soft: bool = True) -> dict:
+    """Train ``pruned`` in place: the soft phase (``config.learn`` and ``soft``: thresholds learnt
+    with the weights, ``config.train``) then the hard phase (``config.hard_epochs``: the rule
+    frozen, the weights tuned). Returns ``{"soft": record, "hard": record}`` (each None when not
+    run). ``soft`` False: the soft phase ran already (a search's tuning under its choice)."""
     if teacher is not None:
         teacher.to(next(pruned.parameters()).device)
     phases = {"soft": None, "hard": None}
-    if config.learn:
-        pruned.mode = "soft"
-        pruned.threshold_scale = config.threshold_lr / config.train.lr
-        pruned.thresholds.requires_grad_(True)
-        try:
-            result = fit(pruned, tokenizer, train_set, dev_set, config.train,
-                         TokenPruneLoss(teacher, config, config.kept_weight), desc=f"{desc} (soft)")
-        finally:
-            pruned.thresholds.requires_grad_(False)
-            with torch.no_grad():
-                pruned.thresholds.clamp_(min=0.0)
+    if config.learn and soft:
+        result = soft_phase(pruned, tokenizer, train_set, dev_set, config, config.train, teacher,
+                            config.kept_weight, f"{desc} (soft)")
         phases["soft"] = _phase_record(result, pruned)
     if config.hard_epochs > 0:
-        pruned.mode = "hard"
-        result = fit(pruned, tokenizer, train_set, dev_set, replace(config.train, epochs=config.hard_epochs),
-                     TokenPruneLoss(teacher, config, 0.0), desc=f"{desc} (hard)")
+        result = hard_phase(pruned, tokenizer, train_set, dev_set, config,
+                            replace(config.train, epochs=config.hard_epochs), teacher, f"{desc} (hard)")
         phases["hard"] = _phase_record(result, pruned)
     pruned.mode = "gather"
     pruned.eval()
@@ -135,43 +163,162 @@ def kept_tokens(model: TokenPrunedModel, tokenizer, examples, max_length: int, b
             "mean_share": round(float(share.mean()), 4)}
 
 
+def _fewer_everywhere(config: TokenPruneConfig, entry: dict, failed: dict) -> bool:
+    """Whether ``entry``'s rule keeps no more tokens after any layer than ``failed``'s: keep
+    shares no higher (by ratio), thresholds no lower (by threshold), a kept_weight no lower
+    (learn)."""
+    if config.searches_weight:
+        return entry["candidate"] >= failed["candidate"]
+    pairs = list(zip(entry["values"], failed["values"]))
+    if config.by == "ratio":
+        return all(a <= b for a, b in pairs)
+    return all(a >= b for a, b in pairs)
+
+
+def _state(model: nn.Module) -> dict:
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
 def search_values(pruned: TokenPrunedModel, tokenizer, held_set, config: TokenPruneConfig, task,
-                  device=None) -> dict:
-    """Choose the rule's values on ``held_set`` (rows no model in the chain learned from): every
-    candidate of ``config.search_candidates()`` is scored there; the one whose layers compute on
-    the fewest tokens (the mean share of a row's tokens over the layers) with a score at most
-    ``config.max_drop`` points below the unpruned model's wins (ties: the earlier candidate). None
-    within: the rule drops nothing. ``pruned`` is left with the values chosen; returns the search
-    record (the reference score, each candidate's score, drop and kept shares, the choice)."""
+                  device=None, train_set=None, teacher: Optional[nn.Module] = None,
+                  desc: str = "search") -> dict:
+    """Choose the rule's values on ``held_set`` (rows no model in the chain learned from).
+
+    Every candidate of ``config.search_candidates()`` is scored there as it is (``score_before``).
+    With ``config.search_steps``, each is then tuned that many optimiser steps on ``train_set``
+    from the same starting weights and seed (soft targets from ``teacher``; with ``learn`` the
+    candidate is a ``kept_weight`` and the tuning is the soft phase learning the thresholds),
+    and scored again; the unpruned model gets the same tuning, and its tuned score is the
+    reference. Candidates run from the least to the most pruning (the share of tokens kept
+    before tuning; with ``learn``, the kept_weight upwards); one that loses more than
+    ``config.search_skip_drop`` points rules out the later ones that keep no more tokens after
+    any layer (:func:`_fewer_everywhere`), which are recorded as skipped.
+
+    The one whose layers compute on the fewest tokens (the mean share of a row's tokens over the
+    layers) with a score at most ``config.max_drop`` points below the reference wins (ties: the
+    earlier candidate). None within: the rule drops nothing. ``pruned`` is left with the values
+    chosen and, after tuning, the chosen candidate's tuned weights (none within: the tuned
+    unpruned weights); returns the search record."""
     from compressor.core.metrics import task_score
     from compressor.engine.scoring import score
+    from compressor.engine.train import set_seed
 
     if held_set is None or not len(held_set):
         raise CompressorError("token_prune search_on: holdout needs the rows the teacher was fine-tuned "
                               "without (compressor finetune --holdout N)")
+    steps = config.search_steps
+    if steps and train_set is None:
+        raise CompressorError("token_prune: search_steps tunes on the training rows; give train_set")
     length = config.max_length
     layers = pruned.total_layers
-    reference = task_score(task, score(pruned.backbone, tokenizer, held_set, length, device=device,
-                                       desc="search: unpruned"))
-    tried, best = [], None
+    none = [1.0] * (layers - 1) if config.by == "ratio" else [0.0] * (layers - 1)
+    start_values = pruned.values()
+    weights = config.searches_weight
+
+    def held_score(model, what):
+        return task_score(task, score(model, tokenizer, held_set, length, device=device, desc=f"{desc}: {what}"))
+
+    def kept(model):
+        return kept_tokens(model, tokenizer, held_set.examples, length, device=device)
+
+    reference_before = held_score(pruned.backbone, "unpruned")
+    tried, first = [], None
     for candidate in config.search_candidates():
-        values = config.values_of(candidate, layers)
+        values = start_values if weights else config.values_of(candidate, layers)
         pruned.set_values(values)
-        got = task_score(task, score(pruned, tokenizer, held_set, length, device=device,
-                                     desc=f"search: {candidate}"))
-        kept = kept_tokens(pruned, tokenizer, held_set.examples, length, device=device)
-        entry = {"candidate": candidate, "values": values, "score": round(got, 4),
-                 "drop": round(reference - got, 4), "kept_tokens": kept["layers"],
-                 "mean_share": kept["mean_share"], "within": reference - got <= config.max_drop + 1e-9}
-        tried.append(entry)
+        if first is None or not weights:   # learn: every candidate starts from the same thresholds
+            first = (held_score(pruned, f"{candidate} before tuning" if steps else str(candidate)), kept(pruned))
+        got, share = first
+        tried.append({"candidate": candidate, "values": values, "score_before": round(got, 4),
+                      "drop_before": round(reference_before - got, 4), "kept_tokens_before": share["layers"],
+                      "mean_share_before": share["mean_share"]})
+    # least pruning first: most tokens kept before tuning (learn: the lowest kept_weight)
+    order = sorted(range(len(tried)), key=(lambda i: tried[i]["candidate"]) if weights
+                   else (lambda i: -tried[i]["mean_share_before"]))
+    record = {"search_on": "holdout", "search_rows": len(held_set), "max_drop": config.max_drop,
+              "search_steps": steps, "search_skip_drop": config.search_skip_drop,
+              "unpruned_score_before": round(reference_before, 4), "order": [tried[i]["candidate"] for i in order]}
+    reference, start, best_state = reference_before, None, None
+    if steps:
+        record["tuning_rows"] = len(train_set)
+        if teacher is not None:
+            teacher.to(next(pruned.parameters()).device)
+        tune = replace(config.train, epochs=0, max_steps=steps, eval_every=steps)
+        start = _state(pruned)
+
+        def tuned(values, kept_weight, what):
+            pruned.load_state_dict(start)
+            pruned.set_values(values)
+            set_seed(config.seed)   # the same batches and dropout for every candidate
+            if weights and kept_weight is not None:
+                result = soft_phase(pruned, tokenizer, train_set, held_set, config, tune, teacher,
+                                    kept_weight, f"{desc}: {what}")
+            else:
+                result = hard_phase(pruned, tokenizer, train_set, held_set, config, tune, teacher,
+                                    f"{desc}: {what}")
+            pruned.mode = "gather"
+            pruned.eval()
+            return {"steps": result["steps"], "train_time_s": result["train_time_s"]}
+
+        tuning = tuned(none, None, "unpruned")
+        reference = held_score(pruned.backbone, "unpruned after tuning")
+        record["unpruned_tuning"] = tuning
+        best_state = _state(pruned)   # none within: the unpruned model's tuned weights go on
+    record["unpruned_score"] = round(reference, 4)
+    best, failed = None, []
+    for i in order:
+        entry = tried[i]
+        ruled_out = next((f for f in failed if _fewer_everywhere(config, entry, f)), None)
+        if ruled_out is not None:
+            entry.update(skipped=f"keeps no more tokens after any layer than {ruled_out['candidate']}, "
+                                 f"which lost {ruled_out['drop']:g} points", within=False)
+            continue
+        if steps:
+            entry["tuning"] = tuned(entry["values"], entry["candidate"], str(entry["candidate"]))
+            got = held_score(pruned, f"{entry['candidate']} after tuning")
+            share = kept(pruned)
+            if weights:
+                entry["values"] = pruned.values()   # the learnt thresholds
+        else:
+            pruned.set_values(entry["values"])
+            got, share = entry["score_before"], {"layers": entry["kept_tokens_before"],
+                                                 "mean_share": entry["mean_share_before"]}
+        entry.update(score=round(got, 4), drop=round(reference - got, 4), kept_tokens=share["layers"],
+                     mean_share=share["mean_share"], within=reference - got <= config.max_drop + 1e-9)
         if entry["within"] and (best is None or entry["mean_share"] < best["mean_share"]):
             best = entry
-    none = [1.0] * (layers - 1) if config.by == "ratio" else [0.0] * (layers - 1)
+            if steps:
+                best_state = _state(pruned)
+        if config.search_skip_drop and reference - got > config.search_skip_drop:
+            failed.append(entry)
+    if best_state is not None:
+        pruned.load_state_dict(best_state)
     pruned.set_values(best["values"] if best else none)
-    return {"search_on": "holdout", "search_rows": len(held_set), "max_drop": config.max_drop,
-            "unpruned_score": round(reference, 4), "candidates": tried,
-            "chosen": best["candidate"] if best else None, "values": pruned.values(),
-            "note": None if best else f"no candidate within {config.max_drop} points: nothing is dropped"}
+    pruned.mode = "gather"
+    pruned.eval()
+    record.update(candidates=tried, chosen=best["candidate"] if best else None, values=pruned.values(),
+                  note=None if best else f"no candidate within {config.max_drop} points: nothing is dropped")
+    return record
+
+
+def training_rows(config: TokenPruneConfig, train_set):
+    """The training rows, followed by ``config.augment``'s rows (made from these very training
+    rows, so from no held-out or dev row) when it names a folder. Their stored logits are not
+    used: the stage's teacher gives every row's soft targets as it trains."""
+    if not config.augment:
+        return train_set
+    from compressor.core.data.augmented import joined, read_augmented, rows_digest
+
+    if config.augment == "recipe":
+        raise CompressorError("augment: recipe names a recipe's augment stage; outside a recipe give "
+                              "the folder compressor augment wrote")
+    augmented = read_augmented(config.augment, train_set.task)
+    if augmented.record.get("rows_digest") != rows_digest(train_set):
+        raise CompressorError(f"{config.augment} was made from other training rows "
+                              f"({augmented.record.get('source_rows')} rows of {augmented.record.get('data')}) "
+                              f"than this stage's ({len(train_set)} of {train_set.source}): augment with the "
+                              "same teacher, data and --train-limit")
+    return joined(train_set, augmented)
 
 
 def token_prune_loaded(model_dir: str, task, train_set, dev_set, config: TokenPruneConfig, out_dir: str,
@@ -197,16 +344,25 @@ def token_prune_loaded(model_dir: str, task, train_set, dev_set, config: TokenPr
     start = time.perf_counter()
     model.to(device).eval()
     before = score(model, tokenizer, dev_set, config.max_length, device=device, desc="score before")
+    searching = config.search_on == "holdout"
+    tunes = searching and config.search_steps > 0
     trains = config.learn or config.hard_epochs > 0
     teacher = None
-    if trains and config.kd_weight:
+    if (trains or tunes) and config.kd_weight:
         teacher, _, _ = load_teacher(config.teacher, model, task, teacher_dir, model_dir,
                                      tokenizer=tokenizer)
+    rows = training_rows(config, train_set)
     pruned = prune_tokens(model, config, tokenizer).to(device)
     search = None
-    if config.search_on == "holdout":
-        search = search_values(pruned, tokenizer, holdout_set, config, task, device=device)
-    phases = learn(pruned, tokenizer, train_set, dev_set, config, teacher, desc=desc) if trains else {}
+    if searching:
+        search = search_values(pruned, tokenizer, holdout_set, config, task, device=device,
+                               train_set=rows if tunes else None, teacher=teacher, desc=f"{desc} search")
+        search["augmented_rows"] = len(rows) - len(train_set)
+    # a search with learn ran the soft phase under each candidate: the choice's thresholds go on
+    soft = not (tunes and config.learn)
+    phases = learn(pruned, tokenizer, rows, dev_set, config, teacher, desc=desc, soft=soft) if trains else {}
+    if not soft:   # each candidate's soft phase ran in the search; the chosen one's weights went on
+        phases["soft"] = {"in_search": True, "kept_weight": search["chosen"], "steps": config.search_steps}
     after = score(pruned, tokenizer, dev_set, config.max_length, device=device, desc="score pruned")
     kept = kept_tokens(pruned, tokenizer, dev_set.examples, config.max_length, device=device)
     pruned.to("cpu")

@@ -17,11 +17,16 @@ over heads and (kept) query positions of the attention probability to it (LTP, K
 keeps at least its most important token. ``threshold: 0`` or ``keep: 1`` drops nothing.
 
 ``search_on: holdout`` chooses the rule's values instead of taking them as set: each of
-``candidates`` (a value as ``keep`` or ``threshold`` takes it: a number or one per layer) is
-scored on the training rows the teacher was fine-tuned without (``compressor finetune --holdout
-N``), and the one whose layers compute on the fewest tokens while its score there is at most
-``max_drop`` points below the unpruned model's is kept (none within: nothing is dropped). Dev is
-scored once, on the choice.
+``candidates`` (a value as ``keep`` or ``threshold`` takes it: a number or one per layer; with
+``learn``, a ``kept_weight``) is tuned for ``search_steps`` optimiser steps from the same starting
+weights (soft targets from ``teacher``, on the training rows and ``augment``'s rows), then scored
+on the training rows the teacher was fine-tuned without (``compressor finetune --holdout N``);
+the unpruned model is given the same tuning and scored there too. The candidate whose layers
+compute on the fewest tokens while its score is at most ``max_drop`` points below the tuned
+unpruned model's is kept with its tuned weights (none within: nothing is dropped, the tuned
+unpruned weights go on), and the hard phase continues from them. Candidates run from the least
+to the most pruning; one that loses more than ``search_skip_drop`` points rules out those that
+keep no more tokens after any layer. Dev is scored once, on the choice.
 """
 from __future__ import annotations
 
@@ -29,13 +34,22 @@ from dataclasses import dataclass
 from typing import List, Optional, Union
 
 from compressor.core.errors import CompressorError
-from compressor.core.settings import check_fields, not_negative, positive, section_of, setting
+from compressor.core.settings import (
+    check_fields,
+    not_negative,
+    positive,
+    section_of,
+    setting,
+    stage_folder,
+)
 from compressor.engine.train_config import TrainConfig, teacher_setting, train_setting
 
 BY = ("threshold", "ratio")
 SEARCH = ("none", "holdout")
-# the candidates a search tries when none are given: keep shares (by ratio), last-layer thresholds (by threshold)
-DEFAULT_CANDIDATES = {"ratio": [0.9, 0.8, 0.7, 0.6, 0.5], "threshold": [0.002, 0.005, 0.01, 0.02, 0.04]}
+# the candidates a search tries when none are given: keep shares (by ratio), last-layer thresholds
+# (by threshold), kept_weight values (learn)
+DEFAULT_CANDIDATES = {"ratio": [0.9, 0.8, 0.7, 0.6, 0.5], "threshold": [0.002, 0.005, 0.01, 0.02, 0.04],
+                      "learn": [0.05, 0.1, 0.2, 0.5, 1.0]}
 
 
 def _per_layer(low: float, high: float, closed_low: bool):
@@ -54,7 +68,14 @@ def _per_layer(low: float, high: float, closed_low: bool):
 
 
 def _candidates(value, name, config=None) -> Optional[str]:
-    """Each candidate is a value the rule takes (``keep`` for by ratio, ``threshold`` for by threshold)."""
+    """Each candidate is a value the rule takes (``keep`` for by ratio, ``threshold`` for by
+    threshold), or with ``learn`` a ``kept_weight``."""
+    if getattr(config, "learn", False) and getattr(config, "search_on", "none") != "none":
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, (int, float)) or item < 0:
+                return (f"{name} (kept_weight values, as learn searches) must be numbers >= 0, "
+                        f"got {item!r}")
+        return None
     by = getattr(config, "by", "ratio")
     check = _per_layer(0.0, 1.0, by == "threshold")
     for item in value:
@@ -79,8 +100,11 @@ class TokenPruneConfig:
     kd_weight: float = setting(1.0, check=not_negative)    # soft targets from the teacher (0: the task loss alone)
     kd_temperature: float = setting(2.0, check=positive)
     search_on: str = setting("none", choices=SEARCH)   # holdout: choose among candidates on the teacher's held-out rows
-    candidates: List[Union[float, List[float]]] = setting(default_factory=list, check=_candidates)   # search: values tried ([]: 0.9..0.5 kept by ratio, thresholds 0.002..0.04)
-    max_drop: float = setting(1.0, check=not_negative)   # search: tolerated score drop (points) on the held-out rows
+    candidates: List[Union[float, List[float]]] = setting(default_factory=list, check=_candidates)   # search: values tried ([]: 0.9..0.5 kept by ratio, thresholds 0.002..0.04; learn: kept_weight 0.05..1)
+    max_drop: float = setting(1.0, check=not_negative)   # search: tolerated score drop (points) on the held-out rows, against the unpruned model given the same tuning
+    search_steps: int = setting(0, check=not_negative)   # search: optimiser steps tuning under each candidate (and the unpruned model) before its held-out score; 0: scored untuned (learn needs steps)
+    search_skip_drop: float = setting(5.0, check=not_negative)   # search: a candidate losing more points than this rules out those keeping no more tokens after any layer; 0: none ruled out
+    augment: str = stage_folder("augment")   # a folder of augmented rows (compressor augment; in a recipe, "recipe": its augment stage's) trained on beside the training rows, the teacher's soft targets their only targets
     teacher: str = teacher_setting()   # the soft targets' model: input (the unpruned model), recipe, or a folder
     train: TrainConfig = train_setting(epochs=1.0)   # the soft phase's run (and the hard phase's other settings)
 
@@ -104,13 +128,26 @@ class TokenPruneConfig:
         self.train.check()
         if self.learn and self.by != "threshold":
             raise CompressorError("token_prune: learn trains thresholds; it needs by: threshold")
-        if self.search_on != "none" and self.learn:
-            raise CompressorError("token_prune: search_on chooses the values on held-out rows; learn "
-                                  "learns them: set learn: false to search")
+        if self.search_on != "none" and self.learn and not self.search_steps:
+            raise CompressorError("token_prune: search_on with learn chooses kept_weight by learning "
+                                  "thresholds under each candidate: set search_steps > 0 (or learn: "
+                                  "false to search fixed values)")
+        if self.augment and not self.kd_weight:
+            raise CompressorError("token_prune: augment's rows have no labels, the teacher's soft targets "
+                                  "are their only target: set kd_weight > 0")
+        if self.augment and not (self.learn or self.hard_epochs > 0 or self.search_steps):
+            raise CompressorError("token_prune: augment gives rows to train on, and this stage trains "
+                                  "nothing (learn: false, hard_epochs: 0, no search_steps)")
+
+    @property
+    def searches_weight(self) -> bool:
+        """Whether the search's candidates are ``kept_weight`` values (learnt thresholds)."""
+        return self.search_on != "none" and self.learn
 
     def search_candidates(self) -> list:
-        """The values a search tries, each as ``keep`` or ``threshold`` takes it."""
-        return list(self.candidates) or list(DEFAULT_CANDIDATES[self.by])
+        """The values a search tries, each as ``keep`` or ``threshold`` takes it (with
+        ``learn``: ``kept_weight`` values)."""
+        return list(self.candidates) or list(DEFAULT_CANDIDATES["learn" if self.searches_weight else self.by])
 
     def values_of(self, candidate, layers: int) -> List[float]:
         """:meth:`values` of one search candidate."""
