@@ -443,3 +443,36 @@ def test_learnt_thresholds_search_soft_phases_one_kept_weight_each(monkeypatch, 
     by = {c["candidate"]: c for c in record["candidates"]}
     assert by[1.0]["values"] == pytest.approx([0.02, 0.03]) and by[0.2]["values"] == pytest.approx([0.012, 0.022])
     assert by[1.0]["mean_share"] <= by[0.2]["mean_share"]
+
+
+@pytest.mark.integration
+def test_the_tuned_search_trains_on_the_recipes_augmented_rows(tmp_path, tiny_models, glue_dir):
+    """token_prune {augment: recipe} tunes each candidate (and the hard phase) on the training rows
+    plus the copies of the recipe's augment stage, made from those rows (none of the held ones)."""
+    import yaml
+
+    from compressor.cli import main
+    from compressor.recipe import run_recipe
+
+    teacher = str(tmp_path / "teacher")
+    main(["finetune", tiny_models["bert"], "--task", "sst2", "--out", teacher, "--data-dir", glue_dir,
+          "--train-limit", "40", "--dev-limit", "8", "--holdout", "16", "--epochs", "1",
+          "--batch-size", "16", "--max-length", "32", "--device", "cpu"])
+    tokens = {"by": "ratio", "learn": False, "search_on": "holdout", "candidates": [0.5, [0.7]],
+              "search_steps": 2, "max_drop": 100.0, "hard_epochs": 1, "augment": "recipe",
+              "train": {"batch_size": 16, "max_length": 32}}
+    recipe = {"name": "augment-tokens", "task": "sst2", "teacher": teacher, "device": "cpu",
+              "data": {"train_limit": 24, "dev_limit": 8},
+              "stages": [{"augment": {"copies": 2, "max_length": 32}}, {"token_prune": tokens}]}
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    run_recipe(str(path), str(tmp_path / "run"), data_dir=glue_dir, log=lambda m: None)
+    record = json.load(open(tmp_path / "run" / "02-token_prune" / "record.json"))
+    assert record["config"]["augment"] == "recipe"   # the recipe's words, not a path
+    search = record["search"]
+    # 24 training rows + 48 copies; the held-out rows are the teacher's 16
+    assert search["augmented_rows"] == 48 and search["tuning_rows"] == 72 and search["search_rows"] == 16
+    assert all(c["tuning"]["steps"] == 2 for c in search["candidates"])
+    # one hard epoch over 72 rows at batch 16 is 5 steps (over the 24 rows alone: 2)
+    assert record["phases"]["hard"]["steps"] == 5
+    assert record["values"] == search["values"]
