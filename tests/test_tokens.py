@@ -143,7 +143,7 @@ def test_bad_settings_are_one_line():
                           ({"threshold": [0.1, "x"]}, "threshold must be a number"),
                           ({"threshold": -1}, "threshold must be in [0, 1]"),
                           ({"by": "ratio", "keep": 0.5, "learn": True}, "learn trains thresholds"),
-                          ({"search_on": "holdout"}, "set search_steps > 0"),
+                          ({"search_on": "holdout"}, "set search_epochs or search_steps"),
                           ({"search_steps": -1}, "search_steps"),
                           ({"search_on": "holdout", "search_steps": 5, "candidates": [0.1, [0.2]]},
                            "kept_weight values"),
@@ -305,7 +305,7 @@ def test_search_chooses_on_the_held_out_rows_the_fewest_tokens_within_the_drop(t
     assert_one_line_error(code, err, "needs a model fine-tuned with --holdout N")
     code, _, err = run_cli(capsys, "token-prune", teacher, "--out", str(tmp_path / "bad"),
                            "--set", "search_on=holdout", "--data-dir", glue_dir)
-    assert_one_line_error(code, err, "set search_steps > 0")
+    assert_one_line_error(code, err, "set search_epochs or search_steps")
     assert not (tmp_path / "bad").exists() and not (tmp_path / "none").exists()
     # tuned search (real training, 2 steps a candidate): every candidate and the unpruned model tuned
     tuned = token_prune(teacher, str(tmp_path / "tuned"), {**settings, "search_steps": 2, "max_drop": 100.0},
@@ -459,7 +459,7 @@ def test_the_tuned_search_trains_on_the_recipes_augmented_rows(tmp_path, tiny_mo
           "--train-limit", "40", "--dev-limit", "8", "--holdout", "16", "--epochs", "1",
           "--batch-size", "16", "--max-length", "32", "--device", "cpu"])
     tokens = {"by": "ratio", "learn": False, "search_on": "holdout", "candidates": [0.5, [0.7]],
-              "search_steps": 2, "max_drop": 100.0, "hard_epochs": 1, "augment": "recipe",
+              "search_epochs": 1, "max_drop": 100.0, "hard_epochs": 1, "augment": "recipe",
               "train": {"batch_size": 16, "max_length": 32}}
     recipe = {"name": "augment-tokens", "task": "sst2", "teacher": teacher, "device": "cpu",
               "data": {"train_limit": 24, "dev_limit": 8},
@@ -472,7 +472,8 @@ def test_the_tuned_search_trains_on_the_recipes_augmented_rows(tmp_path, tiny_mo
     search = record["search"]
     # 24 training rows + 48 copies; the held-out rows are the teacher's 16
     assert search["augmented_rows"] == 48 and search["tuning_rows"] == 72 and search["search_rows"] == 16
-    assert all(c["tuning"]["steps"] == 2 for c in search["candidates"])
-    # one hard epoch over 72 rows at batch 16 is 5 steps (over the 24 rows alone: 2)
-    assert record["phases"]["hard"]["steps"] == 5
+    # one epoch over 72 rows at batch 16 is 5 steps (over the 24 rows alone: 2): each candidate's
+    # tuning, the unpruned model's and the hard phase
+    assert all(c["tuning"]["steps"] == 5 for c in search["candidates"])
+    assert search["unpruned_tuning"]["steps"] == 5 and record["phases"]["hard"]["steps"] == 5
     assert record["values"] == search["values"]

@@ -185,7 +185,7 @@ def search_values(pruned: TokenPrunedModel, tokenizer, held_set, config: TokenPr
     """Choose the rule's values on ``held_set`` (rows no model in the chain learned from).
 
     Every candidate of ``config.search_candidates()`` is scored there as it is (``score_before``).
-    With ``config.search_steps``, each is then tuned that many optimiser steps on ``train_set``
+    With ``config.search_epochs`` or ``search_steps``, each is then tuned so long on ``train_set``
     from the same starting weights and seed (soft targets from ``teacher``; with ``learn`` the
     candidate is a ``kept_weight`` and the tuning is the soft phase learning the thresholds),
     and scored again; the unpruned model gets the same tuning, and its tuned score is the
@@ -206,9 +206,9 @@ def search_values(pruned: TokenPrunedModel, tokenizer, held_set, config: TokenPr
     if held_set is None or not len(held_set):
         raise CompressorError("token_prune search_on: holdout needs the rows the teacher was fine-tuned "
                               "without (compressor finetune --holdout N)")
-    steps = config.search_steps
+    steps = config.search_tunes
     if steps and train_set is None:
-        raise CompressorError("token_prune: search_steps tunes on the training rows; give train_set")
+        raise CompressorError("token_prune: the search's tuning trains on the training rows; give train_set")
     length = config.max_length
     layers = pruned.total_layers
     none = [1.0] * (layers - 1) if config.by == "ratio" else [0.0] * (layers - 1)
@@ -236,14 +236,15 @@ def search_values(pruned: TokenPrunedModel, tokenizer, held_set, config: TokenPr
     order = sorted(range(len(tried)), key=(lambda i: tried[i]["candidate"]) if weights
                    else (lambda i: -tried[i]["mean_share_before"]))
     record = {"search_on": "holdout", "search_rows": len(held_set), "max_drop": config.max_drop,
-              "search_steps": steps, "search_skip_drop": config.search_skip_drop,
+              "search_epochs": config.search_epochs, "search_steps": config.search_steps,
+              "search_skip_drop": config.search_skip_drop,
               "unpruned_score_before": round(reference_before, 4), "order": [tried[i]["candidate"] for i in order]}
     reference, start, best_state = reference_before, None, None
     if steps:
         record["tuning_rows"] = len(train_set)
         if teacher is not None:
             teacher.to(next(pruned.parameters()).device)
-        tune = replace(config.train, epochs=0, max_steps=steps, eval_every=steps)
+        tune = config.search_train()
         start = _state(pruned)
 
         def tuned(values, kept_weight, what):
@@ -345,7 +346,7 @@ def token_prune_loaded(model_dir: str, task, train_set, dev_set, config: TokenPr
     model.to(device).eval()
     before = score(model, tokenizer, dev_set, config.max_length, device=device, desc="score before")
     searching = config.search_on == "holdout"
-    tunes = searching and config.search_steps > 0
+    tunes = config.search_tunes
     trains = config.learn or config.hard_epochs > 0
     teacher = None
     if (trains or tunes) and config.kd_weight:
@@ -362,7 +363,9 @@ def token_prune_loaded(model_dir: str, task, train_set, dev_set, config: TokenPr
     soft = not (tunes and config.learn)
     phases = learn(pruned, tokenizer, rows, dev_set, config, teacher, desc=desc, soft=soft) if trains else {}
     if not soft:   # each candidate's soft phase ran in the search; the chosen one's weights went on
-        phases["soft"] = {"in_search": True, "kept_weight": search["chosen"], "steps": config.search_steps}
+        chosen = next((c for c in search["candidates"] if c["candidate"] == search["chosen"]), None)
+        phases["soft"] = {"in_search": True, "kept_weight": search["chosen"],
+                          "steps": chosen["tuning"]["steps"] if chosen else None}
     after = score(pruned, tokenizer, dev_set, config.max_length, device=device, desc="score pruned")
     kept = kept_tokens(pruned, tokenizer, dev_set.examples, config.max_length, device=device)
     pruned.to("cpu")

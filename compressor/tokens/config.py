@@ -18,7 +18,8 @@ keeps at least its most important token. ``threshold: 0`` or ``keep: 1`` drops n
 
 ``search_on: holdout`` chooses the rule's values instead of taking them as set: each of
 ``candidates`` (a value as ``keep`` or ``threshold`` takes it: a number or one per layer; with
-``learn``, a ``kept_weight``) is tuned for ``search_steps`` optimiser steps from the same starting
+``learn``, a ``kept_weight``) is tuned for ``search_epochs`` (at most ``search_steps`` optimiser
+steps) from the same starting
 weights (soft targets from ``teacher``, on the training rows and ``augment``'s rows), then scored
 on the training rows the teacher was fine-tuned without (``compressor finetune --holdout N``);
 the unpruned model is given the same tuning and scored there too. The candidate whose layers
@@ -102,7 +103,8 @@ class TokenPruneConfig:
     search_on: str = setting("none", choices=SEARCH)   # holdout: choose among candidates on the teacher's held-out rows
     candidates: List[Union[float, List[float]]] = setting(default_factory=list, check=_candidates)   # search: values tried ([]: 0.9..0.5 kept by ratio, thresholds 0.002..0.04; learn: kept_weight 0.05..1)
     max_drop: float = setting(1.0, check=not_negative)   # search: tolerated score drop (points) on the held-out rows, against the unpruned model given the same tuning
-    search_steps: int = setting(0, check=not_negative)   # search: optimiser steps tuning under each candidate (and the unpruned model) before its held-out score; 0: scored untuned (learn needs steps)
+    search_epochs: float = setting(0.0, check=not_negative)   # search: passes over the training rows tuning under each candidate (and the unpruned model) before its held-out score
+    search_steps: int = setting(0, check=not_negative)   # search: optimiser steps of that tuning (with search_epochs: at most); both 0: scored untuned (learn needs tuning)
     search_skip_drop: float = setting(5.0, check=not_negative)   # search: a candidate losing more points than this rules out those keeping no more tokens after any layer; 0: none ruled out
     augment: str = stage_folder("augment")   # a folder of augmented rows (compressor augment; in a recipe, "recipe": its augment stage's) trained on beside the training rows, the teacher's soft targets their only targets
     teacher: str = teacher_setting()   # the soft targets' model: input (the unpruned model), recipe, or a folder
@@ -128,16 +130,28 @@ class TokenPruneConfig:
         self.train.check()
         if self.learn and self.by != "threshold":
             raise CompressorError("token_prune: learn trains thresholds; it needs by: threshold")
-        if self.search_on != "none" and self.learn and not self.search_steps:
+        if self.search_on != "none" and self.learn and not self.search_tunes:
             raise CompressorError("token_prune: search_on with learn chooses kept_weight by learning "
-                                  "thresholds under each candidate: set search_steps > 0 (or learn: "
-                                  "false to search fixed values)")
+                                  "thresholds under each candidate: set search_epochs or search_steps "
+                                  "(or learn: false to search fixed values)")
         if self.augment and not self.kd_weight:
             raise CompressorError("token_prune: augment's rows have no labels, the teacher's soft targets "
                                   "are their only target: set kd_weight > 0")
-        if self.augment and not (self.learn or self.hard_epochs > 0 or self.search_steps):
+        if self.augment and not (self.learn or self.hard_epochs > 0 or self.search_tunes):
             raise CompressorError("token_prune: augment gives rows to train on, and this stage trains "
-                                  "nothing (learn: false, hard_epochs: 0, no search_steps)")
+                                  "nothing (learn: false, hard_epochs: 0, no search tuning)")
+
+    @property
+    def search_tunes(self) -> bool:
+        """Whether a search tunes under each candidate before scoring it."""
+        return self.search_on != "none" and (self.search_epochs > 0 or self.search_steps > 0)
+
+    def search_train(self) -> TrainConfig:
+        """The training run of the search's tuning: ``train`` for ``search_epochs`` (at most
+        ``search_steps`` steps), evaluated once, at its end, on the rows it is given."""
+        from dataclasses import replace
+
+        return replace(self.train, epochs=self.search_epochs, max_steps=self.search_steps, eval_every=10 ** 9)
 
     @property
     def searches_weight(self) -> bool:
