@@ -1,0 +1,207 @@
+"""Issue 32 item 6: the ablation of the accuracy-first chain (recipes/mpnet/chain-augmented.yaml)
+on CoLA, RTE and MRPC, one teacher per task (fine-tuned with rows held out) for every variant.
+
+Each variant is the chain's recipe with one thing changed (:data:`VARIANTS`): augmentation off,
+the intermediate stage off, more intermediate epochs, fewer copies, a longer recovery after
+pruning, one INT8 method instead of the held-out choice. A variant that changes a late stage
+starts from the chain's finished stages (its run folder is seeded with copies of them, and the
+runner skips stages whose fingerprint is unchanged), so only what differs is trained again.
+
+    python3 -m bench.experiments.accuracy_ablation deps VARIANT       # what it waits for (shell)
+    python3 -m bench.experiments.accuracy_ablation summary RESULTS    # summary.json + summary.md
+
+bench/experiments/accuracy_ablation_gpu.sh runs them; ``summary`` reads the stage records it
+brought back (RESULTS/TASK-VARIANT/NN-stage/record.json, RESULTS/TASK/teacher-holdout-metrics.json).
+Every figure is a dev score taken once, at the end of a stage: nothing is chosen on dev.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+BASE = "recipes/mpnet/chain-augmented.yaml"
+
+
+def _stage(doc: dict, name: str) -> dict:
+    for stage in doc["stages"]:
+        if name in stage:
+            return stage[name]
+    raise KeyError(name)
+
+
+def _distill_only(doc: dict) -> None:
+    doc["stages"] = [s for s in doc["stages"] if next(iter(s)) in ("augment", "distill")]
+
+
+def _copies(n: int):
+    def edit(doc):
+        _stage(doc, "augment")["copies"] = n
+    return edit
+
+
+def _intermediate(epochs: int):
+    def edit(doc):
+        _stage(doc, "distill")["intermediate_epochs"] = epochs
+    return edit
+
+
+def _no_augment(doc: dict) -> None:
+    doc["stages"] = [s for s in doc["stages"] if "augment" not in s]
+    _stage(doc, "distill").pop("augment", None)
+
+
+def _no_intermediate(doc: dict) -> None:
+    distill = _stage(doc, "distill")
+    distill.pop("intermediate_epochs", None)
+    distill.pop("intermediate_lr", None)
+    distill["losses"] = {"kd": 1}
+
+
+def _recovery(epochs: int):
+    def edit(doc):
+        _stage(doc, "prune")["recover"]["train"]["epochs"] = epochs
+    return edit
+
+
+def _int8(method: str):
+    def edit(doc):
+        q = _stage(doc, "quantize")
+        keep = {"preset": q["preset"], "threads": q.get("threads", 4)}
+        if method == "mixed":   # the sensitive units kept FP32 within the same bound, on the held-out rows
+            keep.update({k: q[k] for k in ("max_drop", "min_agreement", "confidence", "search_on")})
+        q.clear()
+        q.update({"method": method, **keep})
+    return edit
+
+
+# name -> (what it changes, edits of the chain's recipe, the variant its figure is compared with,
+#          the stage kind whose dev score is the variant's figure, (parent, stage folder, seed?))
+# A variant waits for the parent's stage folder; "seed" copies the parent's folders up to it into
+# its own run (it trains only what comes after); without seed it only waits for the parent's
+# augmented copies (the same digest: taken from the cache, not made again).
+VARIANTS = {
+    "chain": ("the chain: 20 copies, 5 + 3 epochs, heads/FFN halved, 2 recovery epochs, INT8 chosen on "
+              "held-out rows", [], "", "distill", None),
+    "c20-i5": ("20 copies, 5 intermediate + 3 prediction epochs (the chain's student)", [_distill_only],
+               "", "distill", None),
+    "c10-i5": ("10 copies, 5 + 3 epochs", [_copies(10), _distill_only], "c20-i5", "distill", None),
+    "c10-i10": ("10 copies, 10 + 3 epochs", [_copies(10), _intermediate(10), _distill_only], "c10-i5",
+                "distill", ("c10-i5", "01-augment", False)),
+    "noaug-i5": ("no augmentation, 5 + 3 epochs over the training rows", [_no_augment, _distill_only],
+                 "c20-i5|chain", "distill", None),
+    "no-intermediate": ("20 copies, no intermediate stage: soft targets for 3 epochs",
+                        [_no_intermediate, _distill_only], "c20-i5|chain", "distill", ("chain", "01-augment", False)),
+    "recover4": ("the chain's student pruned as the chain, 4 recovery epochs instead of 2", [_recovery(4)],
+                 "chain", "prune", ("chain", "02-distill", True)),
+    "int8-dynamic": ("the chain's FP32 graph, dynamic INT8", [_int8("dynamic")], "chain", "quantize",
+                     ("chain", "04-export", True)),
+    "int8-static": ("the chain's FP32 graph, static INT8 (calibrated on training rows)", [_int8("static")],
+                    "chain", "quantize", ("chain", "04-export", True)),
+    "int8-mixed": ("the chain's FP32 graph, mixed INT8 (sensitive units FP32, on the held-out rows)",
+                   [_int8("mixed")], "chain", "quantize", ("chain", "04-export", True)),
+}
+
+
+def apply_variant(doc: dict, name: str) -> None:
+    if name not in VARIANTS:
+        raise SystemExit(f"unknown variant {name}; one of {', '.join(VARIANTS)}")
+    for edit in VARIANTS[name][1]:
+        edit(doc)
+
+
+def deps(name: str) -> str:
+    """``PARENT STAGE_FOLDER seed|wait`` for the shell, or nothing."""
+    dep = VARIANTS[name][4]
+    return "" if dep is None else f"{dep[0]} {dep[1]} {'seed' if dep[2] else 'wait'}"
+
+
+def _read(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _stage_record(run: str, kind: str):
+    if not os.path.isdir(run):
+        return None
+    for name in sorted(os.listdir(run), reverse=True):   # the last stage of that kind
+        if name.split("-", 1)[-1] == kind:
+            return _read(os.path.join(run, name, "record.json"))
+    return None
+
+
+def summarise(root: str) -> dict:
+    tasks = {}
+    for task in sorted(os.listdir(root)):
+        teacher = _read(os.path.join(root, task, "teacher-holdout-metrics.json"))
+        if not teacher:
+            continue
+        rows = {}
+        for name, (what, _, reference, kind, _) in VARIANTS.items():
+            record = _stage_record(os.path.join(root, f"{task}-{name}"), kind)
+            if not record or record.get("score") is None:
+                continue
+            row = {"what": what, "stage": kind, "score": round(record["score"], 2),
+                   "retention": round(100 * record["score"] / teacher["score"], 1),
+                   "wall_time_s": record.get("wall_time_s")}
+            if kind == "quantize":
+                row["method"] = record.get("method") or (record.get("config") or {}).get("method")
+            rows[name] = row
+        for name, row in rows.items():   # the difference from the variant it is compared with
+            for ref in filter(None, VARIANTS[name][2].split("|")):
+                if ref in rows and ref != name:
+                    kind = VARIANTS[name][3]
+                    ref_record = _stage_record(os.path.join(root, f"{task}-{ref}"), kind)
+                    if ref_record and ref_record.get("score") is not None:
+                        row["vs"] = ref
+                        row["delta"] = round(row["score"] - ref_record["score"], 2)
+                        break
+        tasks[task] = {"teacher": round(teacher["score"], 2), "variants": rows}
+    return tasks
+
+
+def table(tasks: dict) -> str:
+    names = [n for n in VARIANTS if any(n in t["variants"] for t in tasks.values())]
+    order = list(tasks)
+    lines = ["| variant | stage scored | " + " | ".join(order) + " |", "|---|---|" + "---:|" * len(order),
+             "| held-out teacher | | " + " | ".join(f"{tasks[t]['teacher']:.2f}" for t in order) + " |"]
+    for name in names:
+        cells = []
+        for t in order:
+            row = tasks[t]["variants"].get(name)
+            if row is None:
+                cells.append("-")
+                continue
+            cell = f"{row['score']:.2f} ({row['retention']:.1f}%)"
+            if "delta" in row:
+                cell += f", {row['delta']:+.2f} vs {row['vs']}"
+            cells.append(cell)
+        kind = VARIANTS[name][3]
+        lines.append(f"| {name}: {VARIANTS[name][0]} | {kind} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    argv = argv if argv is not None else sys.argv[1:]
+    if len(argv) == 2 and argv[0] == "deps":
+        print(deps(argv[1]))
+        return
+    if len(argv) != 2 or argv[0] != "summary":
+        raise SystemExit(__doc__)
+    root = argv[1]
+    tasks = summarise(root)
+    doc = {"command": "python3 -m bench.experiments.accuracy_ablation summary " + root, "tasks": tasks}
+    with open(os.path.join(root, "summary.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    text = table(tasks)
+    with open(os.path.join(root, "summary.md"), "w") as f:
+        f.write("# Issue 32 ablation (dev scores, each taken once; share of the held-out teacher)\n\n" + text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
