@@ -101,9 +101,9 @@ def why(system: str, task: str, row: dict, records: list) -> list:
     paper = PAPERS[system]
     reasons = []
     final = records[-1] if records else {}
+    gap = None if final.get("at_chance") is not None else row.get("gap")
     if final.get("at_chance") is not None:
         reasons.append(f"collapsed to the majority class ({final['at_chance']:.2f})")
-    gap = row.get("gap")
     if gap is not None and abs(gap) <= row["noise"]:
         reasons.append(f"within the dev set's noise (2 s.e. = {row['noise']:.1f} points of retention)")
     elif gap is not None and gap < 0:
@@ -122,7 +122,7 @@ def why(system: str, task: str, row: dict, records: list) -> list:
         if ours and paper["intermediate_epochs"] and ours < paper["intermediate_epochs"]:
             reasons.append(f"{ours:g} intermediate epochs, paper {paper['intermediate_epochs']}")
         if record.get("stage") == "augment" and paper["copies"] == 0:
-            reasons.append(f"augmented ({record.get('rows', '?')} copies), which the paper does not use")
+            reasons.append(f"trained on {record.get('rows', '?')} augmented rows, which the paper does not use")
     return reasons
 
 
