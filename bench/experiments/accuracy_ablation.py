@@ -133,6 +133,15 @@ def _stage_record(run: str, kind: str):
     return None
 
 
+def _share(score: float, teacher: float):
+    """The score as a share of the teacher's (%), None for a teacher at 0 (an MCC at chance)."""
+    return round(100 * score / teacher, 1) if teacher else None
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
 def summarise(root: str) -> dict:
     tasks = {}
     for task in sorted(os.listdir(root)):
@@ -145,7 +154,7 @@ def summarise(root: str) -> dict:
             if not record or record.get("score") is None:
                 continue
             row = {"what": what, "stage": kind, "score": round(record["score"], 2),
-                   "retention": round(100 * record["score"] / teacher["score"], 1),
+                   "retention": _share(record["score"], teacher["score"]),
                    "wall_time_s": record.get("wall_time_s")}
             if kind == "quantize":
                 row["method"] = record.get("method") or (record.get("config") or {}).get("method")
@@ -175,7 +184,7 @@ def table(tasks: dict) -> str:
             if row is None:
                 cells.append("-")
                 continue
-            cell = f"{row['score']:.2f} ({row['retention']:.1f}%)"
+            cell = f"{row['score']:.2f} ({_pct(row['retention'])})"
             if "delta" in row:
                 cell += f", {row['delta']:+.2f} vs {row['vs']}"
             cells.append(cell)

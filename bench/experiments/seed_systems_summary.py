@@ -93,7 +93,7 @@ def first_run(folder: str, system: str, task: str):
 def _noise(score: float, teacher: float, task: str) -> float:
     """Two standard errors of the retention from the dev set's size (a score read as a proportion)."""
     p = min(max(score / 100, 0.01), 0.99)
-    return round(2 * 100 * math.sqrt(p * (1 - p) / DEV_ROWS.get(task, 500)) * 100 / teacher, 1)
+    return round(2 * 100 * math.sqrt(p * (1 - p) / DEV_ROWS.get(task, 500)) * 100 / teacher, 1) if teacher else None
 
 
 def why(system: str, task: str, row: dict, records: list) -> list:
@@ -104,7 +104,7 @@ def why(system: str, task: str, row: dict, records: list) -> list:
     gap = None if final.get("at_chance") is not None else row.get("gap")
     if final.get("at_chance") is not None:
         reasons.append(f"collapsed to the majority class ({final['at_chance']:.2f})")
-    if gap is not None and abs(gap) <= row["noise"]:
+    if gap is not None and row["noise"] is not None and abs(gap) <= row["noise"]:
         reasons.append(f"within the dev set's noise (2 s.e. = {row['noise']:.1f} points of retention)")
     elif gap is not None and gap < 0:
         reasons.append(f"above the paper by {-gap:.1f} points of retention (teacher {row['teacher']:.2f} "
@@ -137,11 +137,11 @@ def summarise(root: str, first: str) -> dict:
                 continue
             score = scored[-1]["score"]
             row = {"teacher": round(teacher["score"], 2), "score": round(score, 2),
-                   "retention": round(100 * score / teacher["score"], 1),
+                   "retention": round(100 * score / teacher["score"], 1) if teacher["score"] else None,
                    "first_run": first_run(first, system, task),
                    "wall_time_s": round(sum(r.get("wall_time_s") or 0 for r in records), 1)}
             row["noise"] = _noise(score, teacher["score"], task)
-            if task in PAPERS[system]["tasks"]:
+            if task in PAPERS[system]["tasks"] and row["retention"] is not None:
                 t, s = PAPERS[system]["tasks"][task]
                 row["paper"] = round(100 * s / t, 1)
                 row["gap"] = round(row["paper"] - row["retention"], 1)
@@ -158,7 +158,8 @@ def table(systems: dict) -> str:
             paper = f"{row['paper']:.1f}%" if "paper" in row else (
                 f"{PAPERS[system]['overall']:.1f}% overall" if PAPERS[system]["overall"] else "-")
             first = f"{row['first_run']:.1f}%" if row["first_run"] is not None else "-"
-            lines.append(f"| {system} | {task} | {row['score']:.2f} ({row['retention']:.1f}%) | {first} | {paper} | "
+            ours = "-" if row["retention"] is None else f"{row['retention']:.1f}%"
+            lines.append(f"| {system} | {task} | {row['score']:.2f} ({ours}) | {first} | {paper} | "
                          + "; ".join(row["why"]) + " |")
     return "\n".join(lines)
 
