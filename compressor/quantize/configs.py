@@ -125,6 +125,9 @@ class CalibrationSettings:
     calibration_samples: int = setting(128, check=not_negative)   # training rows
     percentile: float = 99.999    # calibration percentile
     seed: int = 42                # which training rows
+    # > 0: SmoothQuant before static INT8 (the matrices' input channels divided by max|x|^a / max|w|^(1-a),
+    # their weight rows multiplied by it); MPNet-base needs it (0.8: docs/quantisation.md), 0.5 was worse
+    smoothquant_alpha: float = setting(0.0, check=share)
 
 
 @dataclass

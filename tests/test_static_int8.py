@@ -1,0 +1,121 @@
+"""Static INT8 that keeps FP32's predictions on MPNet (issue 32 item 3): matrix products are
+quantised on their inputs only (ONNX Runtime's QDQ quantiser also put one per-tensor scale on
+every MatMul's output, the residual branch included), and SmoothQuant can move activation outlier
+channels into the weights first, exactly in FP32 (bench/results/static-int8-mpnet/)."""
+import collections
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import transformers
+from onnx import TensorProto, helper, numpy_helper
+
+from compressor.core.errors import CompressorError
+from compressor.core.presets import resolve_preset
+from compressor.export import int8 as ox
+
+
+def _graph(path):
+    """x [1, 4, 8] with an outlier channel feeds two MatMuls (sharing x) and an Add (the residual)."""
+    rng = np.random.default_rng(0)
+    w1, w2 = rng.normal(size=(8, 6)).astype(np.float32), rng.normal(size=(8, 6)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["y1"], name="m1"),
+             helper.make_node("MatMul", ["x", "w2"], ["y2"], name="m2"),
+             helper.make_node("Add", ["x", "x"], ["r"], name="residual")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y1", "y2", "r")],
+                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path)
+    return model
+
+
+def _run(path, x):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+
+
+@pytest.mark.unit
+def test_smoothing_keeps_the_products_and_flattens_the_outlier_channel(tmp_path):
+    model = _graph(str(tmp_path / "g.onnx"))
+    rng = np.random.default_rng(1)
+    feeds = []
+    for _ in range(4):
+        x = rng.normal(size=(1, 4, 8)).astype(np.float32)
+        x[..., 3] *= 100          # the outlier channel
+        feeds.append({"x": x})
+    smoothed, record = ox.smooth_matmul_inputs(model, feeds, 0.8)
+    assert record == {"alpha": 0.8, "activations": 1, "matmuls": 2}
+    out = str(tmp_path / "s.onnx")
+    onnx.save(smoothed, out)
+    ops = collections.Counter(n.op_type for n in smoothed.graph.node)
+    assert ops["Mul"] == 1                                    # one Mul for the two MatMuls sharing x
+    residual = next(n for n in smoothed.graph.node if n.name == "residual")
+    assert list(residual.input) == ["x", "x"]                 # the other reader still sees x itself
+    x = feeds[0]["x"]
+    for a, b in zip(_run(str(tmp_path / "g.onnx"), x), _run(out, x)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)   # the same products in FP32
+    inverse = numpy_helper.to_array(next(i for i in smoothed.graph.initializer if i.name.endswith("smooth_inverse")))
+    amax = np.abs(np.concatenate([f["x"] for f in feeds])).reshape(-1, 8).max(0)
+    assert (amax * inverse).max() / (amax * inverse).min() < amax.max() / amax.min() / 10
+
+
+@pytest.mark.unit
+def test_smoothing_alpha_out_of_range_is_one_line(tmp_path):
+    _graph(str(tmp_path / "g.onnx"))
+    with pytest.raises(CompressorError, match="smoothquant_alpha"):
+        ox.quantize_static_onnx(str(tmp_path / "g.onnx"), str(tmp_path / "q.onnx"), resolve_preset("avx2"),
+                                [{"x": np.ones((1, 4, 8), np.float32)}], smoothquant_alpha=1.5)
+
+
+@pytest.fixture(scope="module")
+def mpnet_export(tmp_path_factory, minilm_dir):
+    from conftest import tiny_config
+
+    from compressor.core.data import get_task
+    from compressor.core.models import checkpoint_meta, save_checkpoint
+    from compressor.export import export_onnx
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    config = tiny_config("mpnet")
+    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
+    torch.manual_seed(0)
+    model = transformers.AutoModelForSequenceClassification.from_config(config)
+    root = tmp_path_factory.mktemp("mpnet-static")
+    save_checkpoint(model, tokenizer, str(root / "ckpt"), checkpoint_meta(get_task("sst2"), 64, "test"))
+    export_onnx(str(root / "ckpt"), str(root / "onnx"), parity=False)
+    return str(root / "onnx")
+
+
+def _quantised_outputs(path):
+    """Outputs of matrix products that go through a QuantizeLinear."""
+    graph = onnx.load(path).graph
+    made_by = {o: n.op_type for n in graph.node for o in n.output}
+    return [n.input[0] for n in graph.node if n.op_type == "QuantizeLinear" and made_by.get(n.input[0]) in ("MatMul", "Gemm")]
+
+
+@pytest.mark.integration
+def test_static_int8_quantises_matrix_inputs_not_outputs_and_smooths_on_request(mpnet_export, tmp_path):
+    from compressor.export.runtime import Predictor
+
+    predictor = Predictor(mpnet_export, threads=1)
+    texts = ("a fine film", "dull and long", "not bad at all", "the plot never takes off")
+    feeds = [predictor.encode([t]) for t in texts]
+    src, preset = ox.onnx_file(mpnet_export), resolve_preset("avx512_vnni")
+    paths = {name: str(tmp_path / f"{name}.onnx") for name in ("old", "static", "smooth")}
+    ox.quantize_static_onnx(src, paths["old"], preset, feeds, pad_id=predictor.pad_id, quantize_outputs=True)
+    assert ox.quantize_static_onnx(src, paths["static"], preset, feeds, pad_id=predictor.pad_id) == {}
+    done = ox.quantize_static_onnx(src, paths["smooth"], preset, feeds, pad_id=predictor.pad_id,
+                                   smoothquant_alpha=0.8)
+    assert _quantised_outputs(paths["old"])                   # what ONNX Runtime's placement does
+    assert _quantised_outputs(paths["static"]) == [] and _quantised_outputs(paths["smooth"]) == []
+    # 2 layers: Q/K/V's shared input, attention output, FFN input and output; the head's are Gemms
+    assert done["smoothed"] == {"alpha": 0.8, "activations": 8, "matmuls": 12}
+    ops = collections.Counter(n.op_type for n in onnx.load(paths["smooth"]).graph.node)
+    assert ops["Mul"] - collections.Counter(n.op_type for n in onnx.load(src).graph.node)["Mul"] == 8
+    reference = Predictor(mpnet_export, threads=1).logits(texts, batch_size=1)
+    for path in paths.values():
+        logits = Predictor(mpnet_export, threads=1, model_file=path).logits(texts, batch_size=1)
+        assert logits.shape == reference.shape and np.isfinite(logits).all()
