@@ -116,14 +116,14 @@ def test_symbolic_shape_inference_leaves_nothing_in_the_working_folder(tmp_path,
     """When onnxruntime's symbolic inference stops short it saves sym_shape_infer_temp.onnx and
     UUID-named external data into the working folder (a checkout collected dozens): it runs in a
     scratch folder, and the working folder is the same again afterwards."""
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
-    def stops_short(model, **kwargs):
-        open("sym_shape_infer_temp.onnx", "w").close()
-        raise Exception("Incomplete symbolic shape inference")
+    class StopsShort:   # as onnxruntime's SymbolicShapeInference (ox._shape_inference's base) does
+        @staticmethod
+        def infer_shapes(model, **kwargs):
+            open("sym_shape_infer_temp.onnx", "w").close()
+            raise Exception("Incomplete symbolic shape inference")
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(SymbolicShapeInference, "infer_shapes", staticmethod(stops_short))
+    monkeypatch.setattr(ox, "_shape_inference", lambda: StopsShort)
     with pytest.raises(Exception, match="Incomplete"):
         ox.symbolic_shapes(onnx.ModelProto())
     assert list(tmp_path.iterdir()) == [] and str(tmp_path) == __import__("os").getcwd()

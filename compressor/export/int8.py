@@ -130,15 +130,50 @@ def symbolic_shapes(model):
     temporary folder here, so nothing lands in the user's folder (a checkout collected dozens)."""
     import tempfile
 
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
     here = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="compressor-shapes-") as scratch:
         os.chdir(scratch)
         try:
-            return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+            return _shape_inference().infer_shapes(model, auto_merge=True)
         finally:
             os.chdir(here)
+
+
+def _shape_inference():
+    """ONNX Runtime's ``SymbolicShapeInference`` that also types ``MultiHeadAttention``'s fourth
+    output ``qk`` ``[batch, heads, sequence, kv sequence]`` (token pruning's deciding layers read
+    it, ``export.mpnet_fusion``); onnxruntime's own leaves it untyped and stops short there."""
+    from onnx import helper
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_attribute
+
+    class Shapes(SymbolicShapeInference):
+        def _infer_MultiHeadAttention(self, node):  # noqa: N802 (onnxruntime's dispatch name)
+            super()._infer_MultiHeadAttention(node)
+            if len(node.output) > 3 and node.output[3] and node.output[0] in self.known_vi_:
+                query, key = self._get_shape(node, 0), self._get_shape(node, 1)
+                if query and key and len(query) == 3 and len(key) == 3:
+                    dtype = self.known_vi_[node.output[0]].type.tensor_type.elem_type
+                    shape = [query[0], get_attribute(node, "num_heads"), query[1], key[1]]
+                    self.known_vi_[node.output[3]].CopyFrom(
+                        helper.make_tensor_value_info(node.output[3], dtype, shape))
+
+        @staticmethod
+        def infer_shapes(in_mp, int_max=2**31 - 1, auto_merge=False, guess_output_rank=False, verbose=0):
+            # onnxruntime's own, with this class (theirs names SymbolicShapeInference itself)
+            import onnx
+
+            inference = Shapes(int_max, auto_merge, guess_output_rank, verbose)
+            done = False
+            inference._preprocess(in_mp)
+            while inference.run_:
+                done = inference._infer_impl()
+            inference._update_output_from_vi()
+            if not done:
+                onnx.save_model(inference.out_mp_, "sym_shape_infer_temp.onnx", save_as_external_data=True)
+                raise Exception("Incomplete symbolic shape inference")
+            return inference.out_mp_
+
+    return Shapes
 
 
 def _model_proto(path: str, optimize: bool):
