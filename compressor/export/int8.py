@@ -147,7 +147,7 @@ def _shape_inference():
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_attribute
 
     class Shapes(SymbolicShapeInference):
-        def _infer_MultiHeadAttention(self, node):  # noqa: N802 (onnxruntime's dispatch name)
+        def _infer_MultiHeadAttention(self, node):   # onnxruntime's dispatch name
             super()._infer_MultiHeadAttention(node)
             if len(node.output) > 3 and node.output[3] and node.output[0] in self.known_vi_:
                 query, key = self._get_shape(node, 0), self._get_shape(node, 1)
