@@ -24,8 +24,8 @@ on every row as the padded batches; the first ``--reference`` rows are also run 
         --out bench/results/padding-free-mpnet-base-cpu.json
 
 (``--limit 256``: the first 256 rows of each dev file, not a sample (STS-B's are its short
-captions); on this loaded 2-core CPU they took 44
-minutes; every dev row would take hours. MiniLM-L6: ``--model minilm-l6``, every row.)
+captions); on this loaded 2-core CPU they took 44 minutes; every dev row would take hours.
+MiniLM-L6: ``--model minilm-l6``, every row.)
 """
 from __future__ import annotations
 
