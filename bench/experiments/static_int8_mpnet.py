@@ -4,7 +4,7 @@ item 3). A diagnosis and an agreement/latency measurement on this CPU, not a GLU
 Models: MPNet-base's real weights (``--mpnet``, all-mpnet-base-v2 fp32) with a random 2-label
 head (``--layers 12``), and the chain's 6-layer shape (every other layer, heads and FFN halved by
 ``prune``, as ``token_prune_latency.build_model`` makes it; ``--layers 6``), exported by the
-toolkit. Nothing is trained, so no task score is claimed: every INT8 graph is compared with its
+toolkit; or any export folder (``--export``: a trained MiniLM, where static INT8 already worked). Nothing is trained, so no task score is claimed: every INT8 graph is compared with its
 FP32 graph on the first ``--rows`` dev rows of ``--task``, one row at a time, by
 
 * the cosine and relative error (||x - x_fp32|| / ||x_fp32||) of each layer's output, the
@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import sys
 import time
 
@@ -63,21 +64,21 @@ def build(mpnet: str, work: str, layers: int) -> str:
     return out
 
 
-def quantise(folder: str, work: str, task: str, rows: int, alpha: float) -> dict:
+def quantise(folder: str, work: str, task: str, rows: int, alphas) -> dict:
     from compressor.core.data import get_task, load_data
     from compressor.core.presets import PRESETS
     from compressor.export import int8 as ox
     from compressor.export.runtime import Predictor
 
     preset = PRESETS["avx512_vnni"]
-    src = ox.onnx_file(folder)
+    src = os.path.abspath(ox.onnx_file(folder))
     predictor = Predictor(folder)
     train = load_data(get_task(task), "train", os.environ.get("GLUE_DIR"))
     feeds = ox.calibration_feeds(predictor, train.examples, rows, 42)
     tag = os.path.basename(folder)
     paths, info = {"fp32": src}, {}
     plans = {"dynamic": None, "static-qout": dict(quantize_outputs=True), "static": {},
-             f"static-sq{alpha}": dict(smoothquant_alpha=alpha)}
+             **{f"static-sq{alpha}": dict(smoothquant_alpha=alpha) for alpha in alphas}}
     for name, kw in plans.items():
         path = os.path.join(work, f"{tag}-{task}-{name}.onnx")
         if not os.path.isfile(path):
@@ -89,7 +90,9 @@ def quantise(folder: str, work: str, task: str, rows: int, alpha: float) -> dict
                 done = ox.quantize_static_onnx(src, path, preset, feeds, pad_id=predictor.pad_id, **kw)
             info[name] = {"seconds": round(time.time() - begin, 1), **done}
         paths[name] = path
-    return paths, info
+    return paths, info, [ex for ex in train.examples
+                         if id(ex) not in {id(e) for e in random.Random(42).sample(
+                             list(train.examples), min(rows, len(train.examples)))}]
 
 
 def compare(folder: str, paths: dict, texts: list) -> dict:
@@ -102,7 +105,8 @@ def compare(folder: str, paths: dict, texts: list) -> dict:
     ref = onnx.load(paths["fp32"], load_external_data=False)
     watch = [n.output[0] for n in ref.graph.node if n.op_type in ("SkipLayerNormalization", "LayerNormalization")
              and ("output/LayerNorm" in n.output[0] or "embeddings" in n.output[0])]
-    watch += [n.output[0] for n in ref.graph.node if n.op_type == "Tanh"]
+    pooled = [n.output[0] for n in ref.graph.node if n.op_type == "Tanh"]
+    watch += pooled
     predictor = Predictor(folder)
     encoded = [predictor.encode([t]) for t in texts]
     runs = {}
@@ -131,7 +135,7 @@ def compare(folder: str, paths: dict, texts: list) -> dict:
                 x, y = a[t].ravel().astype(np.float64), b[t].ravel().astype(np.float64)
                 cos.append(float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y) + 1e-30)))
                 rel.append(float(np.linalg.norm(x - y) / (np.linalg.norm(x) + 1e-30)))
-            label = "logits" if t == logits_name else ("pooled" if "classifier" in t else
+            label = "logits" if t == logits_name else ("pooled" if t in pooled else
                                                        t.split("/")[3] if "encoder" in t else "embeddings")
             per[label] = {"cosine": round(float(np.mean(cos)), 5), "cosine_min": round(float(np.min(cos)), 5),
                           "relative_error": round(float(np.mean(rel)), 5)}
@@ -143,13 +147,18 @@ def compare(folder: str, paths: dict, texts: list) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mpnet", required=True)
+    ap.add_argument("--mpnet", help="all-mpnet-base-v2 folder (to build --layers 12 or 6)")
+    ap.add_argument("--export", help="an export folder to compare instead (a trained MiniLM, say)")
     ap.add_argument("--work", required=True)
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--task", default="rte")
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--calibration", type=int, default=128)
-    ap.add_argument("--alpha", type=float, default=0.8)
+    ap.add_argument("--alpha", type=float, nargs="+", default=[0.8])
+    ap.add_argument("--split", choices=("dev", "train"), default="dev",
+                    help="compare on the first --rows dev rows, or on --rows training rows drawn with "
+                         "seed 7 from those not used for calibration")
+    ap.add_argument("--no-latency", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -159,22 +168,26 @@ def main(argv=None) -> int:
     from compressor.quantize.sensitivity import latencies_ms
 
     os.makedirs(args.work, exist_ok=True)
-    folder = build(args.mpnet, args.work, args.layers)
-    paths, info = quantise(folder, args.work, args.task, args.calibration, args.alpha)
-    texts = example_texts(load_data(get_task(args.task), "dev", os.environ.get("GLUE_DIR"), args.rows).examples)
+    folder = args.export or build(args.mpnet, args.work, args.layers)
+    paths, info, unused = quantise(folder, args.work, args.task, args.calibration, args.alpha)
+    rows = (random.Random(7).sample(unused, args.rows) if args.split == "train" else
+            load_data(get_task(args.task), "dev", os.environ.get("GLUE_DIR"), args.rows).examples)
+    texts = example_texts(rows)
     load_before = os.getloadavg()
     result = compare(folder, paths, texts)
     from compressor.export.runtime import Predictor
 
     feeds = [Predictor(folder).encode([t]) for t in texts]
-    latency = latencies_ms(folder, paths, feeds, threads=1, rounds=args.rounds)
+    latency = {} if args.no_latency else latencies_ms(folder, paths, feeds, threads=1, rounds=args.rounds)
     for name, ms in latency.items():
         result.setdefault(name, {})["p50_ms"] = round(ms, 3)
         result[name]["x_fp32"] = round(latency["fp32"] / ms, 3)
-        result[name]["onnx_mb"] = round(os.path.getsize(paths[name]) / 2 ** 20, 1)
+    for name, path in paths.items():
+        result.setdefault(name, {})["onnx_mb"] = round(os.path.getsize(path) / 2 ** 20, 1)
     record = {"command": "python -m bench.experiments.static_int8_mpnet " + " ".join(argv or sys.argv[1:]),
-              "model": {"layers": args.layers, "weights": "all-mpnet-base-v2 (random 2-label head)"},
-              "task": args.task, "rows": len(texts), "calibration_rows": args.calibration,
+              "model": {"export": args.export} if args.export else
+              {"layers": args.layers, "weights": "all-mpnet-base-v2 (random 2-label head)"},
+              "task": args.task, "split": args.split, "rows": len(texts), "calibration_rows": args.calibration,
               "preset": "avx512_vnni", "latency": {"batch": 1, "threads": 1, "rounds": args.rounds,
                                                    "how": "interleaved in turns of 10 rows, one process"},
               "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
@@ -190,7 +203,7 @@ def main(argv=None) -> int:
         t = r.get("tensors", {})
         print(f"{name:18s} agree {r.get('agreement', 1.0)} last-layer cos "
               f"{[v['cosine'] for k, v in t.items() if k.startswith('layer')][-1:] } pooled "
-              f"{t.get('pooled', {}).get('cosine')} p50 {r['p50_ms']} ms x{r['x_fp32']}")
+              f"{t.get('pooled', {}).get('cosine')} p50 {r.get('p50_ms')} ms x{r.get('x_fp32')}")
     return 0
 
 

@@ -47,7 +47,7 @@ _HELP = {
     "hessian_trace_samples": "--sensitivity hessian: Hutchinson vectors a batch and unit (0: no trace).",
     "exclude": "Keep this ONNX node / torch module in FP32 (repeatable).",
     "smoothquant_alpha": "inc, onnxruntime static/auto: apply SmoothQuant with this alpha before static "
-                         "INT8 (0: off; MPNet-base: 0.8).",
+                         "INT8 (0: off; onnxruntime's default 0.8, inc's 0).",
     "optimize": "onnxruntime: apply ORT's BERT fusions before quantising (export folders have them).",
     "distill_alpha": "qat: weight of the teacher's soft targets (0: labels only).",
     "teacher": "qat: the soft targets' teacher: input (the FP32 model as given) or a folder with its tokenizer.",

@@ -126,8 +126,9 @@ class CalibrationSettings:
     percentile: float = 99.999    # calibration percentile
     seed: int = 42                # which training rows
     # > 0: SmoothQuant before static INT8 (the matrices' input channels divided by max|x|^a / max|w|^(1-a),
-    # their weight rows multiplied by it); MPNet-base needs it (0.8: docs/quantisation.md), 0.5 was worse
-    smoothquant_alpha: float = setting(0.0, check=share)
+    # their weight rows multiplied by it; 0: off). 0.8 kept MPNet-base's and MiniLM's layer outputs at
+    # cosine 0.993-0.998 with FP32's where 0 gave 0.83-0.99 and 0.5 less (docs/quantisation.md)
+    smoothquant_alpha: float = setting(0.8, check=share)
 
 
 @dataclass
