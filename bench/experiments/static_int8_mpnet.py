@@ -145,6 +145,28 @@ def compare(folder: str, paths: dict, texts: list) -> dict:
     return result
 
 
+def profile(folder: str, path: str, feeds: list, work: str) -> dict:
+    """Share of kernel time per operator type, and ms per row, at 1 thread (after 5 untimed rows)."""
+    import collections
+
+    from compressor.export.runtime import Predictor
+
+    predictor = Predictor(folder, threads=1, model_file=path,
+                          profile=os.path.join(work, "profile-" + os.path.basename(path)))
+    for feed in feeds[:5]:
+        predictor.run(feed)
+    for feed in feeds:
+        predictor.run(feed)
+    events = json.load(open(predictor.session.end_profiling()))
+    spent = collections.Counter()
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            spent[e["args"]["op_name"]] += e["dur"]
+    total = sum(spent.values())
+    return {"kernel_ms_per_row": round(total / 1e3 / (len(feeds) + 5), 3),
+            "share": {op: round(us / total, 4) for op, us in spent.most_common(10)}}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mpnet", help="all-mpnet-base-v2 folder (to build --layers 12 or 6)")
@@ -159,6 +181,8 @@ def main(argv=None) -> int:
                     help="compare on the first --rows dev rows, or on --rows training rows drawn with "
                          "seed 7 from those not used for calibration")
     ap.add_argument("--no-latency", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="also onnxruntime's per-operator time of each graph (1 thread, the same rows)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -184,6 +208,9 @@ def main(argv=None) -> int:
         result[name]["x_fp32"] = round(latency["fp32"] / ms, 3)
     for name, path in paths.items():
         result.setdefault(name, {})["onnx_mb"] = round(os.path.getsize(path) / 2 ** 20, 1)
+    if args.profile:
+        for name, path in paths.items():
+            result.setdefault(name, {})["profile"] = profile(folder, path, feeds, args.work)
     record = {"command": "python -m bench.experiments.static_int8_mpnet " + " ".join(argv or sys.argv[1:]),
               "model": {"export": args.export} if args.export else
               {"layers": args.layers, "weights": "all-mpnet-base-v2 (random 2-label head)"},
