@@ -358,7 +358,8 @@ def document(page: Page, cls: type, path: str, level: int, anchor: str, seen: Tu
             continue
         sub = _slug(page.stage, key) if not anchor else _slug(anchor, f.name)
         title = f"`{key}`"
-        page.documented[hint] = (sub, f"{title} of `{page.stage}`")
+        if "." not in key:   # the others point at a stage's own section, not one nested deeper
+            page.documented[hint] = (sub, f"{title} of `{page.stage}`")
         page.heading(level + 1, title, sub)
         document(page, hint, key, level + 1, sub, seen)
 

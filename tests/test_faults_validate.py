@@ -131,7 +131,8 @@ def test_run_validates_the_whole_recipe_before_any_stage(capsys, tmp_path, sst2_
     code, _, err = run_cli(capsys, "run", path, "--out", out)
     assert code == 1 and "Traceback" not in err
     assert err.strip().splitlines() == [f"error: {path}:8: stage 'bench': unknown peer 'tensorrt'; use "
-                                        "pytorch-fp32, pytorch-int8, ort-fp32, ort-o2, ort-o2-int8, inc-int8"]
+                                        "pytorch-fp32, pytorch-int8, ort-fp32, ort-o2, ort-o2-int8, inc-int8, "
+                                        "openvino-fp32, openvino-int8"]
     assert not out.exists()  # not even the teacher was scored
 
 
