@@ -117,6 +117,24 @@ def export_dir(tmp_path_factory, checkpoint):
     return out
 
 
+@pytest.fixture(scope="session")
+def mpnet_export(tmp_path_factory, minilm_dir):
+    """A tiny random MPNet classifier's ONNX export (read-only: tests quantise copies of it)."""
+    from compressor.core.data import get_task
+    from compressor.core.models import checkpoint_meta, save_checkpoint
+    from compressor.export import export_onnx
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    config = tiny_config("mpnet")
+    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
+    torch.manual_seed(0)
+    model = transformers.AutoModelForSequenceClassification.from_config(config)
+    root = tmp_path_factory.mktemp("mpnet-export")
+    save_checkpoint(model, tokenizer, str(root / "ckpt"), checkpoint_meta(get_task("sst2"), 64, "test"))
+    export_onnx(str(root / "ckpt"), str(root / "onnx"), parity=False)
+    return str(root / "onnx")
+
+
 def write_reviews(path, rows: int, start: int = 0) -> str:
     """A user's CSV file whose label (pos/neg) is visible in the text: learnable in seconds."""
     words = ["good", "great", "fine", "nice", "bad", "awful", "poor", "sad"]

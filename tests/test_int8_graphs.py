@@ -7,8 +7,6 @@ from dataclasses import replace
 
 import onnx
 import pytest
-import torch
-import transformers
 
 from compressor.core.presets import resolve_preset
 from compressor.export import int8 as ox
@@ -62,25 +60,6 @@ def test_a_mixed_graph_keeps_the_fusions_and_per_channel_weights(export_dir, tmp
     per_tensor = str(tmp_path / "per-tensor.onnx")        # the check can tell: one scale per matrix
     ox.quantize_dynamic_onnx(src, per_tensor, replace(preset, per_channel=False))
     assert all(scale in ((), (1,)) for _, scale in _weight_scales(per_tensor, ("QAttention",), 4))
-
-
-@pytest.fixture(scope="module")
-def mpnet_export(tmp_path_factory, minilm_dir):
-    from conftest import tiny_config
-
-    from compressor.core.data import get_task
-    from compressor.core.models import checkpoint_meta, save_checkpoint
-    from compressor.export import export_onnx
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    config = tiny_config("mpnet")
-    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
-    torch.manual_seed(0)
-    model = transformers.AutoModelForSequenceClassification.from_config(config)
-    root = tmp_path_factory.mktemp("mpnet")
-    save_checkpoint(model, tokenizer, str(root / "ckpt"), checkpoint_meta(get_task("sst2"), 64, "test"))
-    export_onnx(str(root / "ckpt"), str(root / "onnx"), parity=False)
-    return str(root / "onnx")
 
 
 @pytest.mark.integration

@@ -7,8 +7,6 @@ import collections
 import numpy as np
 import onnx
 import pytest
-import torch
-import transformers
 from onnx import TensorProto, helper, numpy_helper
 
 from compressor.core.errors import CompressorError
@@ -68,25 +66,6 @@ def test_smoothing_alpha_out_of_range_is_one_line(tmp_path):
     with pytest.raises(CompressorError, match="smoothquant_alpha"):
         ox.quantize_static_onnx(str(tmp_path / "g.onnx"), str(tmp_path / "q.onnx"), resolve_preset("avx2"),
                                 [{"x": np.ones((1, 4, 8), np.float32)}], smoothquant_alpha=1.5)
-
-
-@pytest.fixture(scope="module")
-def mpnet_export(tmp_path_factory, minilm_dir):
-    from conftest import tiny_config
-
-    from compressor.core.data import get_task
-    from compressor.core.models import checkpoint_meta, save_checkpoint
-    from compressor.export import export_onnx
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    config = tiny_config("mpnet")
-    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
-    torch.manual_seed(0)
-    model = transformers.AutoModelForSequenceClassification.from_config(config)
-    root = tmp_path_factory.mktemp("mpnet-static")
-    save_checkpoint(model, tokenizer, str(root / "ckpt"), checkpoint_meta(get_task("sst2"), 64, "test"))
-    export_onnx(str(root / "ckpt"), str(root / "onnx"), parity=False)
-    return str(root / "onnx")
 
 
 def _quantised_outputs(path):

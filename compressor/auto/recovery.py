@@ -60,10 +60,7 @@ def recover_candidates(out: str, state: dict, done: list, config, log: Callable)
     """Recover the trials :func:`to_recover` names (those not recovered by an earlier run);
     returns ``{trial number: figures}`` of every recovered trial."""
     from compressor.auto.candidate import build_candidate
-    from compressor.auto.latency import default_table
-    from compressor.auto.study import _score_rows, _teacher_layers, predict_latency
-    from compressor.core.data import data_for, holdout
-    from compressor.engine.scoring import _task_for
+    from compressor.auto.study import predict_latency, search_context
 
     path = os.path.join(out, RECOVERED)
     recover = plain(config.recover)
@@ -73,13 +70,7 @@ def recover_candidates(out: str, state: dict, done: list, config, log: Callable)
     if not todo:
         return kept
     teacher = state["teacher"]
-    task_spec, _ = _task_for(teacher, state["task"])
-    user_data = data_for(teacher, task_spec, None)
-    train_set, held = holdout.training_and_held(task_spec, state["data_dir"], state["train_limit"], user_data,
-                                                teacher)
-    held = _score_rows(held, config)
-    table = default_table(config, teacher, task_spec, held, log=log)
-    teacher_layers = len(_teacher_layers(teacher))
+    task_spec, train_set, held, table, teacher_layers = search_context(state, config, log)
     for t in todo:
         log(f"recovering trial {t.number} (proxy held-out {t.values[0]:.2f}, {t.values[1]:.3f} ms): "
             f"{config.recover.mode}, {config.recover.train.epochs:g} epoch(s)")

@@ -194,9 +194,6 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
     """Work on the study of ``OUT/auto.json`` until it has its trials (or the budget is spent);
     returns how many trials this worker ran."""
     from compressor.auto.candidate import NotCombinable, ProxyTooLow, build_candidate, check_combination, recipe_stages
-    from compressor.auto.latency import default_table
-    from compressor.core.data import data_for, holdout
-    from compressor.engine.scoring import _task_for
 
     optuna = require_optuna()
     log = log or (lambda msg: print(msg, file=sys.stderr))
@@ -206,13 +203,7 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
     study, storage = open_study(state, worker)
     fail_stale(study, storage, log)
     teacher = state["teacher"]
-    task_spec, _ = _task_for(teacher, state["task"])
-    user_data = data_for(teacher, task_spec, None)
-    train_set, held = holdout.training_and_held(task_spec, state["data_dir"], state["train_limit"], user_data,
-                                                teacher)
-    held = _score_rows(held, config)
-    table = default_table(config, teacher, task_spec, held, log=log)
-    teacher_layers = len(_teacher_layers(teacher))
+    task_spec, train_set, held, table, teacher_layers = search_context(state, config, log)
     floor = state["teacher_score"] - config.max_drop - config.prune_margin
     budget = budget_seconds(config.budget)
     start, ran = time.monotonic(), 0
@@ -279,6 +270,23 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
 
 
 CANDIDATE_FIGURES = ("precisions", "overhead_precision", "fp32_units", "reach", "exits")
+
+
+def search_context(state: dict, config: AutoConfig, log: Callable) -> tuple:
+    """What every worker and the recovery build candidates from: ``(task, training rows, scored
+    held-out rows, latency table, teacher depth)`` of the search ``state`` describes."""
+    from compressor.auto.latency import default_table
+    from compressor.core.data import data_for, holdout
+    from compressor.engine.scoring import _task_for
+
+    teacher = state["teacher"]
+    task_spec, _ = _task_for(teacher, state["task"])
+    user_data = data_for(teacher, task_spec, None)
+    train_set, held = holdout.training_and_held(task_spec, state["data_dir"], state["train_limit"], user_data,
+                                                teacher)
+    held = _score_rows(held, config)
+    table = default_table(config, teacher, task_spec, held, log=log)
+    return task_spec, train_set, held, table, len(_teacher_layers(teacher))
 
 
 def predict_latency(table, cand: dict, params: dict, seq_len: int) -> tuple:
