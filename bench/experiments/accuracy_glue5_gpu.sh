@@ -18,7 +18,7 @@
 # make a dry run on the CPU (RECIPE_DATA becomes the recipes' data section).
 set -uo pipefail
 GLUE=$1; OUT=$2
-source "$(dirname "$0")/glue5_tasks.sh"   # teacher_spec, holdout_rows
+source "$(dirname "$0")/gpu_lanes.sh"   # log, held_out_teacher, bring_back (and glue5_tasks.sh)
 export COMPRESSOR_PROGRESS=0 PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 WORK=${WORK:-$HOME/acc}; DEVICE=${DEVICE:-cuda}; LIMITS=${LIMITS:-}; MPNET=${MPNET:?MPNET=the MPNet-base folder}
 PRECISION=bf16; [ "$DEVICE" = cpu ] && PRECISION=fp32
@@ -27,7 +27,6 @@ mkdir -p "$WORK" "$OUT/logs"
 procs=$(( $(echo $LANES | tr ' ,' '\n\n' | grep -c .) * 2 ))   # a chain and a teacher INT8 per task
 THREADS=${THREADS:-$(( $(nproc) / procs > 1 ? $(nproc) / procs : 1 ))}
 export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
-log() { echo "$*" | sed -e "s|$HOME/|~/|g" -e "s|$PWD/||g" >> "$OUT/commands.txt"; }
 python3 - > "$OUT/env.txt" 2>&1 <<'PY'
 import os, platform, torch, transformers
 print(platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__,
@@ -40,25 +39,9 @@ recipe_for() {  # task recipe: the recipe file to run (a copy with a data sectio
   fi
   echo "$r"
 }
-bring_back() {  # run-folder name: every stage's small JSON and markdown files, without weights
-  mkdir -p "$OUT/$1"
-  ( cd "$WORK/$1" 2>/dev/null && find . -maxdepth 3 \( -name '*.json' -o -name '*.md' \) -not -name 'tokenizer*' \
-      -not -name 'special_tokens_map.json' -not -name 'vocab*' -size -4M -not -path '*/.*' -print0 \
-      | xargs -0r cp --parents -t "$OUT/$1" ) || true
-  find "$OUT/$1" -type f -print0 | xargs -0r sed -i -e "s|$PWD/||g" -e "s|$HOME/|~/|g"
-}
 task_lane() {  # gpu task
   local gpu=$1 task=$2 name=$2-holdout
-  set -- $(teacher_spec $task)
-  T=(python3 -m compressor finetune "$MPNET" --task $task --data-dir "$GLUE" --out "$WORK/$name"
-    --epochs "$1" --batch-size "$2" --lr 2e-5 --max-length 128 --warmup 0.06 --eval-every 1000000 --seed 42
-    --precision $PRECISION --device "$DEVICE" --overwrite --holdout ${HOLDOUT_ROWS:-$(holdout_rows $task)} $LIMITS)
-  log "CUDA_VISIBLE_DEVICES=$gpu ${T[*]}"
-  if [ ! -f "$WORK/$name/metrics.json" ]; then
-    CUDA_VISIBLE_DEVICES=$gpu "${T[@]}" > "$OUT/logs/$name.log" 2>&1 \
-      || { echo "FAILED $name" >> "$OUT/logs/failed.txt"; return 1; }
-  fi
-  mkdir -p "$OUT/$task" && cp "$WORK/$name/metrics.json" "$OUT/$task/teacher-holdout-metrics.json"
+  held_out_teacher "$gpu" "$task" || return 1
   local chain=chain-augmented chain_failed=; [ $task = sst2 ] && chain=chain-augmented-sst2
   C=(python3 -m compressor run "$(recipe_for $task $chain)" --task $task --teacher "$WORK/$name"
      --data-dir "$GLUE" --device "$DEVICE" --out "$WORK/$task-chain")

@@ -1,7 +1,7 @@
 # Shell functions of the GPU-session scripts that run many recipes side by side on held-out
-# teachers (sourced by seed_systems_gpu.sh and accuracy_ablation_gpu.sh; accuracy_glue5_gpu.sh
-# keeps its own copies). The caller sets GLUE, OUT and, before lanes_setup, PROCS (the processes
-# that run at once: each gets the cores over them as its threads).
+# teachers (sourced by seed_systems_gpu.sh, accuracy_ablation_gpu.sh and accuracy_glue5_gpu.sh,
+# which uses log, held_out_teacher and bring_back). The caller sets GLUE, OUT and, before
+# lanes_setup, PROCS (the processes that run at once: each gets the cores over them as its threads).
 #   lanes_setup                        environment, WORK, DEVICE, PRECISION, THREADS, env.txt
 #   log CMD...                         append a command to OUT/commands.txt (home and checkout stripped)
 #   held_out_teacher GPU TASK          fine-tune WORK/TASK-holdout (glue5_tasks.sh's settings) once
