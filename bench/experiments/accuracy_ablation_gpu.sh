@@ -12,6 +12,9 @@
 # noaug-i5 no-intermediate recover4 int8-dynamic int8-static int8-mixed": the chain, augmentation
 # off, the intermediate stage off, 4 recovery epochs against 2, each INT8 method on dev beside the
 # held-out choice). A variant is started after the one it builds on (listed earlier).
+# TOKENS_AFTER="rte mrpc" (default none): on those tasks, once the chain variant's pruned student is
+# written, recipes/mpnet/tokens-after-chain.yaml runs on it as TASK-tokens (issue 33's tuned token
+# search on top of the chain), on the task's GPU.
 # Estimate from bench/results/accuracy-glue5-h200x2 (two runs per GPU: CoLA 123 s per intermediate
 # epoch over 161k rows and 75 s per prediction epoch; RTE and MRPC distillation 256 and 412 s,
 # prune with 2 epochs 118 and 186 s; INT8 on the CPU 100-170 s), taking a GPU alone as twice one
@@ -54,6 +57,12 @@ ablation_lane() {  # gpu task
     fi
     pid[$name]=$!; runs+=($task-$name); names+=($name)
   done
+  if [[ " ${TOKENS_AFTER:-} " == *" $task "* ]] && [ -n "${pid[chain]:-}" ]; then
+    local tokens; tokens=$(recipe_copy recipes/mpnet/tokens-after-chain.yaml $task-tokens)
+    ( wait_for "$WORK/$task-chain/03-prune" ${pid[chain]} || { echo "SKIPPED $task-tokens: $task-chain has no 03-prune" >> "$OUT/logs/failed.txt"; exit 1; }
+      start_run $gpu $task "$tokens" $task-tokens "$WORK/$task-chain/03-prune"; wait $! ) &
+    pid[tokens]=$!; runs+=($task-tokens); names+=(tokens)
+  fi
   watch_runs "${runs[@]}"
   for name in "${names[@]}"; do wait ${pid[$name]} || echo "FAILED $task-$name" >> "$OUT/logs/failed.txt"; done
 }

@@ -6,7 +6,8 @@
 #   log CMD...                         append a command to OUT/commands.txt (home and checkout stripped)
 #   held_out_teacher GPU TASK          fine-tune WORK/TASK-holdout (glue5_tasks.sh's settings) once
 #   recipe_copy SRC NAME [VARIANT]     WORK/recipes/NAME.yaml: SRC with the session's paths (gpu_recipes.py)
-#   start_run GPU TASK RECIPE RUN      compressor run in the background into WORK/RUN; its pid in $!
+#   start_run GPU TASK RECIPE RUN [TEACHER]  compressor run in the background into WORK/RUN (teacher:
+#                                      WORK/TASK-holdout unless given); its pid in $!
 #   bring_back RUN                     every stage's small JSON and markdown files into OUT/RUN
 #   wait_for FOLDER PID                until FOLDER/record.json exists or PID has ended (1: it ended first)
 #   seed_run PARENT STAGE RUN          WORK/RUN starts with WORK/PARENT's stage folders up to STAGE
@@ -28,6 +29,12 @@ print(platform.python_version(), "torch", torch.__version__, "transformers", tra
       [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())], os.cpu_count(), "cores")
 PY
   echo "threads per process: $THREADS ($PROCS processes at once)" >> "$OUT/env.txt"
+  # how busy the GPUs were, every 15 s: tells the next session whether more runs fit side by side
+  if command -v nvidia-smi > /dev/null; then
+    timeout 3600 nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 15 \
+      > "$OUT/logs/gpu-utilisation.csv" 2>/dev/null &
+    disown   # not one of the jobs the callers' wait and watch_runs wait for
+  fi
 }
 
 log() { echo "$*" | sed -e "s|$HOME/|~/|g" -e "s|$PWD/||g" >> "$OUT/commands.txt"; }
@@ -55,11 +62,11 @@ recipe_copy() {  # src name [variant]
     && cp "$WORK/recipes/$2.yaml" "$OUT/recipes/" 2>/dev/null; echo "$WORK/recipes/$2.yaml"
 }
 
-start_run() {  # gpu task recipe run: the process's pid is in $!
+start_run() {  # gpu task recipe run [teacher]: the process's pid is in $!
   # every run of a task gets the same --device: it is part of each stage's fingerprint, so a run
   # seeded with another's stages skips them only if it matches
-  local gpu=$1 task=$2 recipe=$3 run=$4
-  local C=(python3 -m compressor run "$recipe" --task $task --teacher "$WORK/$task-holdout"
+  local gpu=$1 task=$2 recipe=$3 run=$4 teacher=${5:-$WORK/$2-holdout}
+  local C=(python3 -m compressor run "$recipe" --task $task --teacher "$teacher"
      --data-dir "$GLUE" --device "$DEVICE" --out "$WORK/$run")
   log "CUDA_VISIBLE_DEVICES=$gpu ${C[*]}"
   CUDA_VISIBLE_DEVICES=$gpu "${C[@]}" > "$OUT/logs/$run.log" 2>&1 &
