@@ -150,7 +150,9 @@ def build_task(task: str, base: str, work: str, data_dir: str, new: dict, today:
     plan = {"base": os.path.abspath(base), "preset": preset, "new": new, "today": today}
     plan_file = os.path.join(folder, "plan.json")
     fresh = _read(plan_file) != plan   # a changed plan rebuilds every folder
-    d = lambda name: os.path.join(folder, name)   # noqa: E731
+
+    def d(name: str) -> str:
+        return os.path.join(folder, name)
     spec = get_task(task)
     dev8 = load_data(spec, "dev", data_dir, 8)
 
@@ -289,10 +291,12 @@ def summarize(records: Dict[str, dict]) -> dict:
 
 def markdown(summary: dict) -> str:
     lines = ["Batch-1 p50 (ms) on this CPU; " + summary["note"] + ".", "",
-             "| task | threads | teacher PyTorch FP32 | today's chain INT8 | chain INT8 | chain / today (≤1.10) "
-             "| teacher / chain (≥15) | teacher / today | bracket: chain with FP32 units |",
+             ("| task | threads | teacher PyTorch FP32 | today's chain INT8 | chain INT8 | chain / today (≤1.10) "
+              "| teacher / chain (≥15) | teacher / today | bracket: chain with FP32 units |"),
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    fmt = lambda v, d=2: "-" if v is None else f"{v:.{d}f}"   # noqa: E731
+
+    def fmt(v, digits=2):
+        return "-" if v is None else f"{v:.{digits}f}"
     for r in summary["rows"]:
         by = r["p50_ms"]
         lines.append(f"| {r['task']} | {r['threads']} | {fmt(by.get('teacher'))} | {fmt(by.get('today-chain-int8'))} "

@@ -1,0 +1,59 @@
+"""bench/experiments/chain_latency_same_shape.py: what it builds is read from the GPU run's records
+(shape, INT8 choice, the bracket where a task has no choice), and the summary's ratios are those
+issue 32 (chain / today's chain <= 1.10) and issue 33 (teacher / chain >= 15) name."""
+import json
+import os
+
+import pytest
+
+from bench.experiments import chain_latency_same_shape as cls
+
+pytestmark = pytest.mark.unit
+
+
+def _plant(root, task, prune=None, quant=None):
+    folder = root / f"{task}-chain"
+    for sub, record in (("03-prune", prune), ("05-quantize", quant)):
+        if record is not None:
+            os.makedirs(folder / sub)
+            (folder / sub / "record.json").write_text(json.dumps(record))
+
+
+def test_plans_follow_the_records_and_a_task_without_a_choice_is_bracketed(tmp_path):
+    shape = {"heads_after": [6, 6, 6, 5, 6, 7], "ffn_after": [2578, 1989, 1016, 1283, 2208, 142]}
+    _plant(tmp_path, "mrpc", {"pruning": shape},
+           {"method": "auto", "preset": {"name": "amx"},
+            "search": {"chosen": "mixed (2 FP32 units)", "fp32_units": ["layer.0", "embeddings"]}})
+    _plant(tmp_path, "stsb", {"pruning": shape}, {"method": "auto", "search": {"chosen": "dynamic-int8"}})
+    _plant(tmp_path, "cola", {"pruning": shape})
+    bracket = cls.bracket_units(str(tmp_path))
+    assert bracket == ["layer.0", "embeddings"]
+    mrpc = cls.new_chain_plan(str(tmp_path), "mrpc", bracket)
+    assert mrpc["shape"] == {"heads": shape["heads_after"], "ffn": shape["ffn_after"]}
+    assert mrpc["int8"] == {"method": "mixed", "fp32_units": ["layer.0", "embeddings"]} and "bracket" not in mrpc
+    assert cls.new_chain_plan(str(tmp_path), "stsb", bracket)["int8"]["method"] == "dynamic"
+    cola = cls.new_chain_plan(str(tmp_path), "cola", bracket)
+    assert cola["int8"]["method"] == "dynamic" and cola["bracket"]["fp32_units"] == bracket
+    sst2 = cls.new_chain_plan(str(tmp_path), "sst2", bracket)
+    assert sst2["shape"] is None   # pruned here by the toolkit
+    with pytest.raises(SystemExit):
+        cls.int8_choice({"method": "auto", "search": {"chosen": "int4"}})
+
+
+def _doc(p50):
+    return {"rows": [{"name": name, "threads": t, "batch_size": 1, "latency_ms": {"p50": v / t}}
+                     for name, v in p50.items() for t in (1, 2)]}
+
+
+def test_summary_ratios_and_targets():
+    summary = cls.summarize({
+        "rte": _doc({"teacher": 100.0, "today-chain-int8": 5.0, "chain-int8": 5.4}),
+        "mrpc": _doc({"teacher": 120.0, "today-chain-int8": 8.0, "chain-int8": 10.0}),
+    })
+    by = {(r["task"], r["threads"]): r for r in summary["rows"]}
+    assert by[("rte", 1)]["chain_over_today"] == 1.08 and by[("rte", 1)]["meets_issue32_latency"]
+    assert by[("rte", 1)]["teacher_over_chain-int8"] == 18.52 and by[("rte", 1)]["meets_issue33_15x"]
+    assert by[("mrpc", 2)]["chain_over_today"] == 1.25 and not by[("mrpc", 2)]["meets_issue32_latency"]
+    assert not by[("mrpc", 2)]["meets_issue33_15x"]   # 120 / 10 = 12
+    assert summary["geometric_mean"][1]["chain_over_today"] == pytest.approx((1.08 * 1.25) ** 0.5, abs=1e-3)
+    assert "| rte | 1 | 100.00 | 5.00 | 5.40 | 1.080 |" in cls.markdown(summary)
