@@ -97,10 +97,15 @@ def run_auto(teacher: str, out: str, config=None, task: Optional[str] = None, da
     config.check()
     require_optuna()
     state = prepare(teacher, out, config, task, data_dir, train_limit, dev_limit, log)
-    children = [subprocess.Popen([sys.executable, "-m", "compressor.auto.study", state["out"], str(i)])
-                for i in range(1, config.workers)]
+    from compressor.core import children as lifeline
+
+    # the other workers stop with this one: on Ctrl-C or SIGTERM here (told on the way out) and
+    # when this process is killed outright (each follows its parent)
+    children = [subprocess.Popen([sys.executable, "-m", "compressor.auto.study", state["out"], str(i)],
+                                 env=lifeline.env()) for i in range(1, config.workers)]
     try:
-        search(state["out"], 0, log)
+        with lifeline.stopped_with(children):
+            search(state["out"], 0, log)
     finally:
         codes = [child.wait() for child in children]
     if any(codes):
@@ -393,15 +398,19 @@ def _drop_checkpoints(work: str, keep: Optional[str]) -> None:
 
 def main(argv=None) -> int:
     """``python -m compressor.auto.study OUT [WORKER]``: one more worker on the search in OUT."""
+    from compressor.core.children import follow_parent
     from compressor.core.errors import terminate_cleanly
 
     argv = sys.argv[1:] if argv is None else argv
+    follow_parent()   # started by run_auto: it ends with it
     try:
         with terminate_cleanly():
             search(os.path.abspath(argv[0]), int(argv[1]) if len(argv) > 1 else 0)
     except CompressorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:   # Ctrl-C or SIGTERM: the parent (or the user's shell) says it once
+        return 130
     return 0
 
 

@@ -157,6 +157,9 @@ def serve(requests, reply) -> None:
 
 
 def main() -> None:
+    from compressor.core.children import follow_parent
+
+    follow_parent()   # a benchmark killed outright leaves no worker timing on alone
     # the replies keep the real stdout; fd 1 (and sys.stdout) now lead to stderr
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
@@ -193,8 +196,10 @@ class Worker:
         if not spec.spinning:
             env.update(SPIN_OFF_ENV)
         self._stderr = tempfile.TemporaryFile()
+        from compressor.core import children
+
         self.proc = subprocess.Popen([sys.executable, "-m", "compressor.bench.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._stderr, env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=self._stderr, env=children.env(env), text=True,
                                      encoding="utf-8", bufsize=1)
 
     def send(self, op: str, **args) -> None:

@@ -10,6 +10,7 @@ import warnings
 
 import click
 
+from compressor.core.children import follow_parent
 from compressor.core.errors import CompressorError, terminate_cleanly
 
 # Dependency noise a user cannot act on, silenced before anything imports torch (and only this):
@@ -486,6 +487,7 @@ def main(argv=None):
     # transformers' advice ("You should probably TRAIN this model...") is noise at a command line
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     _quiet_children()
+    follow_parent()   # a data-parallel rank ends with the process that launched it
     try:
         with terminate_cleanly():
             _main(argv)

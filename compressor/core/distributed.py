@@ -144,9 +144,13 @@ def launch(nproc: int, argv: Sequence[str], device: Optional[str] = None) -> int
     """Run ``python -m compressor ARGV`` in ``nproc`` processes on this host under torchrun
     (its elastic agent runs in this process); returns the exit status."""
     import logging
+    import signal
 
     import torch
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import get_args_parser, run
+
+    from compressor.core import children
 
     if world_size() > 1:
         raise CompressorError("--nproc starts the processes itself; this is already one of "
@@ -160,14 +164,26 @@ def launch(nproc: int, argv: Sequence[str], device: Optional[str] = None) -> int
     for key, value in MULTICAST_OFF.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    # the ranks print their own errors; the agent's report of a failed child repeats them
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    # the ranks print their own errors; the agent's report of a failed child repeats them, and its
+    # "Received 15 death signal, shutting down workers" says again what the interrupted line says
+    # (its modules' loggers carry their own level, so each is set, not only the package's)
+    for name in ["torch.distributed.elastic", *logging.root.manager.loggerDict]:
+        if name.startswith("torch.distributed.elastic"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     args = get_args_parser().parse_args(
         ["--standalone", f"--nproc-per-node={nproc}", "--module", "compressor", *argv])
-    # the ranks leave a rank's death (and the agent's SIGTERM after it) to this process: one line
+    # the ranks leave a rank's death (and the agent's SIGTERM after it) to this process: one line;
+    # they end with it too when it is killed outright (children.follow_parent, in the CLI's main)
     os.environ[LAUNCHED] = "1"
+    os.environ[children.PARENT] = str(os.getpid())
     try:
         run(args)
+    except SignalException as exc:
+        # Ctrl-C or SIGTERM here: the agent has stopped the ranks (quietly, QUIET_EXIT); this
+        # process says it as one command stopped by the user would, not with the agent's traceback
+        from compressor.core.errors import Terminated
+
+        raise (KeyboardInterrupt() if exc.sigval == signal.SIGINT else Terminated()) from None
     except Exception as exc:   # ChildFailedError: a rank ended with an error it has printed
         failures = getattr(exc, "failures", None)
         if not failures:
@@ -177,6 +193,7 @@ def launch(nproc: int, argv: Sequence[str], device: Optional[str] = None) -> int
                     1) or 1
     finally:
         os.environ.pop(LAUNCHED, None)
+        os.environ.pop(children.PARENT, None)
     return 0
 
 
@@ -187,12 +204,11 @@ QUIET_EXIT = 75
 
 
 def quiet_exit(exc: BaseException) -> bool:
-    """Whether this rank, started by ``launch``, should leave ``exc`` (another rank's death or the
-    agent's SIGTERM after it) unsaid and end with :data:`QUIET_EXIT`."""
-    from compressor.core.errors import Terminated
-
+    """Whether this rank, started by ``launch``, should leave ``exc`` (another rank's death, or the
+    signal the agent passes on to the ranks: SIGTERM after a death, Ctrl-C or SIGTERM sent to the
+    launching process) unsaid and end with :data:`QUIET_EXIT`: the launching process says it once."""
     return bool(os.environ.get(LAUNCHED)) and world_size() > 1 and (
-        isinstance(exc, Terminated) or peer_lost(exc))
+        isinstance(exc, KeyboardInterrupt) or peer_lost(exc))
 
 
 def _say_who_died(failures: dict, nproc: int, argv: Sequence[str]) -> None:
