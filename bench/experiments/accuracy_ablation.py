@@ -20,6 +20,8 @@ import json
 import os
 import sys
 
+from bench.experiments.jsonfiles import read_or_none
+
 BASE = "recipes/mpnet/chain-augmented.yaml"
 
 
@@ -116,20 +118,12 @@ def deps(name: str) -> str:
     return "" if dep is None else f"{dep[0]} {dep[1]} {'seed' if dep[2] else 'wait'}"
 
 
-def _read(path: str):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def _stage_record(run: str, kind: str):
     if not os.path.isdir(run):
         return None
     for name in sorted(os.listdir(run), reverse=True):   # the last stage of that kind
         if name.split("-", 1)[-1] == kind:
-            return _read(os.path.join(run, name, "record.json"))
+            return read_or_none(os.path.join(run, name, "record.json"))
     return None
 
 
@@ -145,7 +139,7 @@ def _pct(value) -> str:
 def summarise(root: str) -> dict:
     tasks = {}
     for task in sorted(os.listdir(root)):
-        teacher = _read(os.path.join(root, task, "teacher-holdout-metrics.json"))
+        teacher = read_or_none(os.path.join(root, task, "teacher-holdout-metrics.json"))
         if not teacher:
             continue
         rows = {}

@@ -18,6 +18,8 @@ import json
 import math
 import os
 
+from bench.experiments.jsonfiles import read_or_none
+
 # system -> paper, its figures per task (teacher, student; the paper's metric), overall retention
 # (%, None where the paper gives none on a comparable set), the paper's schedule, and where read
 PAPERS = {
@@ -61,19 +63,11 @@ PAPERS = {
 DEV_ROWS = {"rte": 277, "mrpc": 408, "cola": 1043, "sst2": 872, "stsb": 1500}
 
 
-def _read(path: str):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def _records(run: str) -> list:
     out = []
     if os.path.isdir(run):
         for name in sorted(os.listdir(run)):
-            record = _read(os.path.join(run, name, "record.json"))
+            record = read_or_none(os.path.join(run, name, "record.json"))
             if record:
                 out.append(record)
     return out
@@ -81,7 +75,7 @@ def _records(run: str) -> list:
 
 def first_run(folder: str, system: str, task: str):
     """The first run's retention (no augmentation), from its manifest, or None."""
-    manifest = _read(os.path.join(folder, f"{system}-{task}", "manifest.json"))
+    manifest = read_or_none(os.path.join(folder, f"{system}-{task}", "manifest.json"))
     if not manifest:
         return None
     stages = [s for s in manifest.get("stages", []) if s.get("score") is not None]
@@ -130,7 +124,7 @@ def summarise(root: str, first: str) -> dict:
     systems = {}
     for system in PAPERS:
         for task in sorted(DEV_ROWS):
-            teacher = _read(os.path.join(root, task, "teacher-holdout-metrics.json"))
+            teacher = read_or_none(os.path.join(root, task, "teacher-holdout-metrics.json"))
             records = _records(os.path.join(root, f"{system}-{task}"))
             scored = [r for r in records if r.get("score") is not None and r.get("stage") != "teacher"]
             if not teacher or not scored:
