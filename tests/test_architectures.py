@@ -1,8 +1,7 @@
 """ELECTRA, XLM-RoBERTa, CamemBERT and ModernBERT through every step: the registry finds their
 parts, then finetune -> distil -> export -> INT8 -> bench on tiny random models, each in seconds
-(the bench harness builds each one's teacher and INT8 graph; the benchmark in worker processes,
-with a peer built from the teacher, runs for ELECTRA alone: its processes do not depend on the
-architecture).
+(the bench harness builds each one's teacher, INT8 graph and ort-o2-int8 peer; the benchmark in
+worker processes runs for ELECTRA alone: its processes do not depend on the architecture).
 Other architectures are refused in one line."""
 import copy
 import os
@@ -195,8 +194,15 @@ def test_finetune_distil_export_quantize_bench(arch, bases, glue_dir, tmp_path):
         direct = net.eval()(**feed).logits.numpy()
     assert abs(build(Spec("teacher", teacher)).logits(texts) - direct).max() < 1e-4
     assert abs(build(Spec("int8", int8_dir, "onnxruntime")).logits(texts, batch_size=1) - int8[:8]).max() < 1e-4
-    if arch != NEW_ARCHS[0]:
-        return   # the benchmark in worker processes, with a peer built from the teacher: one architecture
+    if arch != NEW_ARCHS[0]:   # the benchmark in worker processes (architecture-blind): ELECTRA's
+        from compressor.bench.peers import peer_specs   # the ort-o2-int8 peer (optimum's O2 knows
+                                                         # the model type) is built and runs here
+        peer, = peer_specs(teacher, str(tmp_path / "peers"), ["ort-o2-int8"], preset="avx2")
+        assert os.path.isfile(peer.path) and peer.size_bytes < \
+            os.path.getsize(str(tmp_path / "peers" / "ort-fp32" / "model.onnx"))   # the teacher's plain export
+        peer_logits = build(peer).logits(texts, batch_size=1)
+        assert peer_logits.shape == (8, 2) and (peer_logits.argmax(-1) == direct.argmax(-1)).mean() >= 0.75
+        return
     doc = run_benchmark([f"student={student}", f"int8={int8_dir}"], teacher=teacher,
                         peers=["ort-o2-int8"], preset="avx2", dev=dev, work_dir=str(tmp_path / "peers"),
                         config=BenchConfig(sentences=6, warmup=1, threads=[1], batch_sizes=[4],
