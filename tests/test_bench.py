@@ -59,16 +59,52 @@ def test_peers_are_built_and_int8_is_smaller(teacher, tmp_path):
         peer_specs(teacher, str(tmp_path / "p2"), ["ort-o2-int8"], preset="neon9")
 
 
-def test_run_benchmark_measures_every_variant(teacher, export_dir, dev, tmp_path):
+def test_a_stopped_benchmark_keeps_what_it_finished_and_a_rerun_measures_every_variant(
+        teacher, export_dir, dev, tmp_path, monkeypatch, capsys):
+    """One results file: a run stopped at its second thread count keeps the first; the run
+    again, complete, measures every variant (one benchmark of each kind, not two complete ones)."""
+    from compressor.bench import harness
     from compressor.bench.harness import BenchConfig
+    from compressor.bench.report import collect, markdown
     from compressor.bench.suite import run_benchmark
 
-    onnx_dir = export_dir
+    timed = harness.rounds_latency
+    calls = []
+
+    def stop_at_the_second(*args, **kwargs):   # as a user's Ctrl-C or a time limit would
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return timed(*args, **kwargs)
+
+    monkeypatch.setattr(harness, "rounds_latency", stop_at_the_second)
     out = str(tmp_path / "results.json")
+    stopped = BenchConfig(sentences=4, warmup=1, threads=[1, 2], batch_sizes=[], memory=False)
+    with pytest.raises(KeyboardInterrupt):
+        run_benchmark([], teacher=teacher, peers=[], config=stopped, dev=dev, out=out, command="test",
+                      log=lambda m: None)
+    saved = read_results(out)
+    assert saved["config"]["complete"] is False
+    assert [(r["name"], r["threads"]) for r in saved["rows"]] == [("teacher", 1)]
+    row = saved["rows"][0]
+    assert row["value"] is not None and row["retention"] == 1.0 and row["latency_ms"]["p50"] > 0
+    assert "Incomplete:" in markdown(collect([out]))
+    monkeypatch.setattr(harness, "rounds_latency", timed)
+    capsys.readouterr()
+
+    onnx_dir = export_dir
     config = BenchConfig(sentences=12, warmup=2, threads=[1, 2], batch_sizes=[4], throughput_batches=2,
                          memory=True)
     doc = run_benchmark([f"mine={onnx_dir}"], teacher=teacher, peers=["pytorch-fp32", "ort-o2-int8"],
-                        config=config, dev=dev, out=out, command="test", log=lambda m: None)
+                        config=config, dev=dev, out=out, command="test")
+    saved = read_results(out)
+    assert saved["config"]["complete"] is True and {r["threads"] for r in saved["rows"]} == {1, 2}
+    assert "Incomplete:" not in markdown(collect([out]))
+    # the default log stamps each step with the seconds since the start (where a long run's time went)
+    steps = capsys.readouterr().err.splitlines()
+    assert steps and all(re.match(r"\[ *\d+ s\] ", line) for line in steps), steps
+    assert any("building 3 variants, each in its own process" in line for line in steps)
+
     rows = doc["rows"]
     names = {r["name"] for r in rows}
     assert names == {"teacher", "mine", "ort-o2-int8"}   # the teacher in FP32 is the pytorch-fp32 peer
@@ -90,49 +126,9 @@ def test_run_benchmark_measures_every_variant(teacher, export_dir, dev, tmp_path
     assert {r["extra"]["timing"]["isolation"].split()[0] for r in rows} == {"process"}
     assert saved_timing(out)["pause_s"] == config.pause_s
     assert next(r for r in rows if r["name"] == "ort-o2-int8")["extra"]["group"] == "peer"
-    saved = read_results(out)
     assert saved["command"] == "test" and len(saved["rows"]) == len(rows)
     fp = saved["fingerprint"]
     assert fp["cores"] and "cpu_flags" in fp and fp["versions"]["onnxruntime"] and fp["cpu_preset"]
-
-
-def test_a_stopped_benchmark_keeps_the_thread_counts_it_finished(teacher, dev, tmp_path, monkeypatch, capsys):
-    from compressor.bench import harness
-    from compressor.bench.harness import BenchConfig
-    from compressor.bench.report import collect, markdown
-    from compressor.bench.suite import run_benchmark
-
-    timed = harness.rounds_latency
-    calls = []
-
-    def stop_at_the_second(*args, **kwargs):   # as a user's Ctrl-C or a time limit would
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return timed(*args, **kwargs)
-
-    monkeypatch.setattr(harness, "rounds_latency", stop_at_the_second)
-    out = str(tmp_path / "results.json")
-    config = BenchConfig(sentences=4, warmup=1, threads=[1, 2], batch_sizes=[], memory=False)
-    with pytest.raises(KeyboardInterrupt):
-        run_benchmark([], teacher=teacher, peers=[], config=config, dev=dev, out=out, command="test",
-                      log=lambda m: None)
-    saved = read_results(out)
-    assert saved["config"]["complete"] is False
-    assert [(r["name"], r["threads"]) for r in saved["rows"]] == [("teacher", 1)]
-    row = saved["rows"][0]
-    assert row["value"] is not None and row["retention"] == 1.0 and row["latency_ms"]["p50"] > 0
-    assert "Incomplete:" in markdown(collect([out]))
-    monkeypatch.setattr(harness, "rounds_latency", timed)
-    capsys.readouterr()
-    run_benchmark([], teacher=teacher, peers=[], config=config, dev=dev, out=out, command="test")
-    saved = read_results(out)
-    assert saved["config"]["complete"] is True and {r["threads"] for r in saved["rows"]} == {1, 2}
-    assert "Incomplete:" not in markdown(collect([out]))
-    # the default log stamps each step with the seconds since the start (where a long run's time went)
-    steps = capsys.readouterr().err.splitlines()
-    assert steps and all(re.match(r"\[ *\d+ s\] ", line) for line in steps), steps
-    assert any("building 1 variant, each in its own process" in line for line in steps)
 
 
 def saved_timing(path):
