@@ -216,9 +216,11 @@ def test_recipe_validate_names_the_line_of_a_bad_theseus_setting(tmp_path, capsy
     assert has(lines, recipe, 9, "replacing_epochs"), lines
 
 
-def test_two_gloo_processes_replace_modules(tmp_path, minilm_dir, glue_dir):
+def test_two_gloo_processes_replace_modules_then_prune(tmp_path, minilm_dir, glue_dir):
     """Under data parallel a successor whose group was not replaced still gets a (zero)
-    gradient: without one, DDP stops at the next step."""
+    gradient: without one, DDP stops at the next step. The same two processes then run a prune
+    stage (head importance, then recovery) on the student: one ``--nproc 2`` launch for both
+    (the prune check was test_faults_probe's own launch)."""
     import json
     import os
     import subprocess
@@ -235,18 +237,26 @@ device: cpu
 stages:
   - theseus: {{num_layers: 1, rate: 0.5, replacing_epochs: 2, finetune_epochs: 1,
                train: {{batch_size: 8, max_length: 16}}, freeze_shared: false}}
+  - prune:
+      heads: 0.5
+      importance_rows: 16
+      batch_size: 8
+      max_length: 16
+      recover: {{mode: finetune, train: {{epochs: 1, batch_size: 8, max_length: 16}}}}
 """)
     env = {**os.environ, "COMPRESSOR_PROGRESS": "0", "PYTHONPATH": root}
     done = subprocess.run([sys.executable, "-m", "compressor", "run", str(recipe), "--out",
                            str(tmp_path / "two"), "--data-dir", glue_dir, "--nproc", "2"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     record = json.loads((tmp_path / "two" / "01-theseus" / "record.json").read_text())
     replacing = record["phases"][0]
     assert replacing["processes"] == 2 and replacing["steps"] == 24
     assert 0 < replacing["replacing"]["replaced_share"] < 1   # steps without the successor ran
     config = json.loads((tmp_path / "two" / "01-theseus" / "config.json").read_text())
     assert config["num_hidden_layers"] == 1
+    record = json.loads((tmp_path / "two" / "02-prune" / "record.json").read_text())
+    assert record["parameters"] < record["parameters_before"]
 
 
 def test_the_api_writes_a_checkpoint_and_its_record(tmp_path, minilm_dir, glue_dir):
