@@ -251,34 +251,7 @@ def test_the_runtime_says_a_damaged_manifest_in_one_line(tmp_path, export_dir):
 
 
 # -- 4, 5. two processes: a prune stage runs in both; a killed rank is one line ------------------
-
-def test_a_prune_stage_runs_under_two_processes(tmp_path, checkpoint):
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    recipe = write(tmp_path / "r.yaml", f"""
-        name: ddp-prune
-        task: sst2
-        data: {{dir: embedded, train_limit: 32, dev_limit: 16}}
-        device: cpu
-        teacher:
-          model: {checkpoint}
-        stages:
-          - prune:
-              heads: 0.5
-              importance_rows: 16
-              batch_size: 8
-              max_length: 16
-              recover: {{mode: finetune, train: {{epochs: 1, batch_size: 8, max_length: 16}}}}
-        """)
-    env = {**os.environ, "COMPRESSOR_PROGRESS": "0", "PYTHONPATH": root}
-    done = subprocess.run([sys.executable, "-m", "compressor", "run", recipe, "--out", str(tmp_path / "o"),
-                           "--nproc", "2"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    record = json.loads((tmp_path / "o" / "01-prune" / "record.json").read_text())
-    assert record["parameters"] < record["parameters_before"]
-
+# (4: a prune stage under --nproc 2 runs in test_theseus.py's two-process launch, after theseus)
 
 def test_a_killed_rank_is_one_line_naming_it(capsys):
     from types import SimpleNamespace
