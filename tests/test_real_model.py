@@ -12,14 +12,14 @@ def test_minilm_recipe_run_then_eval_and_predict(tmp_path, capsys):
     recipe.write_text("""
 name: minilm-smoke
 task: sst2
-data: {dir: embedded, train_limit: 1920, dev_limit: 300}
+data: {dir: embedded, train_limit: 1280, dev_limit: 300}
 device: cpu
 teacher:
   model: minilm-l6
-  finetune: {epochs: 1, lr: 1e-4, batch_size: 32, max_length: 48}
+  finetune: {epochs: 1, lr: 2e-4, batch_size: 32, max_length: 48}
 stages: []
 """)
-    # dev is scored once as the teacher trains (at the end of its one epoch: the last weights, 60
+    # dev is scored once as the teacher trains (at the end of its one epoch: the last weights, 40
     # steps) and once more by `eval` below; the evaluate stage is run and checked in test_recipe.py
     out = tmp_path / "run"
     main(["run", str(recipe), "--out", str(out)])
@@ -27,7 +27,7 @@ stages: []
     assert f"report: {out / 'report.md'}" in printed
     teacher = json.loads((out / "00-teacher" / "record.json").read_text())
     assert teacher["parameters"] == 22_713_986  # MiniLM-L6 plus a 2-way head
-    assert teacher["metrics"]["accuracy"] >= 0.70  # 60 steps from a sentence encoder
+    assert teacher["metrics"]["accuracy"] >= 0.70  # 40 steps from a sentence encoder (0.777 here)
 
     main(["eval", str(out / "00-teacher"), "--data-dir", "embedded", "--limit", "300",
           "--device", "cpu"])
