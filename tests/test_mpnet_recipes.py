@@ -66,13 +66,13 @@ def shrunk_doc(path: str, general_teacher: str = "", general_cache: str = "", pe
                     settings[key] = [fill(v) for v in value]
                 elif isinstance(value, list):
                     settings[key] = fill(value)
+        made_student = made_student or name in ("distill", "theseus")
+        settings = settings if settings is not None else {}
+        stage[name] = settings
         if name == "token_prune" and len(settings.get("candidates") or []) > 3:   # a search of three:
             settings["candidates"] = [settings["candidates"][i] for i in (0, -2, -1)]   # still ordered, and
         if name == "token_prune" and settings.get("search_steps"):              # one rules out another
             settings["search_steps"] = min(settings["search_steps"], 2)   # each candidate tuned 2 steps
-        made_student = made_student or name in ("distill", "theseus")
-        settings = settings if settings is not None else {}
-        stage[name] = settings
         recover = settings.get("recover") or {}
         for block in (settings.get("train") or {}, recover.get("train") or {}):   # bf16 is the GPU's: on a CPU
             if block.get("precision") == "bf16":                  # without AVX-512 BF16 it is
