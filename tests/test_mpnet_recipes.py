@@ -40,19 +40,23 @@ def mpnet_teacher(tmp_path_factory, minilm_dir):
 
 
 def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = "",
-           peers: bool = True) -> str:
+           peers: bool = True, bench: bool = True) -> str:
     """The recipe with small data slices, one epoch a phase, narrow students, the CPU, and a
     short benchmark: every stage and phase the recipe names still runs, on less. ``peers``
     false: the benchmark times the run's own models alone (the peers are the teacher's, the
-    same in every chain: one recipe's run times them)."""
+    same in every chain: one recipe's run times them). ``bench`` false: no bench stage (the
+    test builds each model as the bench's workers do, in its own process)."""
     with open(out, "w") as f:
-        yaml.safe_dump(shrunk_doc(path, general_teacher, general_cache, peers), f)
+        yaml.safe_dump(shrunk_doc(path, general_teacher, general_cache, peers, bench), f)
     return out
 
 
-def shrunk_doc(path: str, general_teacher: str = "", general_cache: str = "", peers: bool = True) -> dict:
+def shrunk_doc(path: str, general_teacher: str = "", general_cache: str = "", peers: bool = True,
+               bench: bool = True) -> dict:
     with open(path) as f:
         doc = yaml.safe_load(f)
+    if not bench:
+        doc["stages"] = [s for s in doc["stages"] if "bench" not in s]
     doc["data"] = {"train_limit": 48, "dev_limit": 16}
     doc["device"] = "cpu"
     made_student = False     # a stage before made a student; else a stage works on the 12-layer teacher
@@ -186,8 +190,27 @@ def _peers(recipe: str) -> list:
             if name == "bench" for p in (settings or {}).get("peers", [])]
 
 
-# the peers (the teacher's, alike in every chain) are timed in one run: the first that names them
+# the peers (the teacher's, alike in every chain) are timed in one run: the first that names them.
+# The bench stage (worker processes, one per model) runs there alone: in another chain's run every
+# model the stage would time is built and run here by the bench harness, in this process
 PEERS_RUN = next(g[0] for g in alike(RECIPES) if _peers(g[0]))
+
+
+def _built_as_the_bench_builds(run_dir: str, stages: list, dev) -> None:
+    from compressor.bench.harness import build
+    from compressor.bench.suite import specs_for
+
+    texts = [ex.texts[0] for ex in dev.examples[:4]]
+    built = []
+    for s in stages:
+        if not s.get("model_dir"):
+            continue
+        path = os.path.join(run_dir, s["model_dir"])
+        for spec in specs_for(path, s["dir"]):
+            logits = build(spec).logits(texts, batch_size=1)
+            assert logits.shape == (4, 2) and (logits == logits).all(), s["dir"]
+            built.append(s["dir"])
+    assert set(built) == {s["dir"] for s in stages if s.get("model_dir")}   # the teacher's and every stage's
 
 
 @pytest.mark.parametrize("group", alike(RECIPES),
@@ -201,13 +224,19 @@ def test_the_recipe_runs_on_an_mpnet_teacher(group, mpnet_teacher, glue_dir, tmp
                                       str(tmp_path / "general"))) == [], other
     # the peers (the teacher's) are timed in one run; the other chains time their own models
     path = shrunk(recipe, str(tmp_path / "r.yaml"), mpnet_teacher, str(tmp_path / "general"),
-                  peers=recipe == PEERS_RUN)
+                  peers=recipe == PEERS_RUN, bench=recipe == PEERS_RUN)
     teacher = held_out_teacher(mpnet_teacher, str(tmp_path / "teacher"), glue_dir) \
         if chooses_on_holdout(recipe) else mpnet_teacher
     manifest = run_recipe(path, str(tmp_path / "run"), data_dir=glue_dir, task="sst2",
                           teacher=teacher, log=lambda msg: None)
     stages = manifest["stages"]
-    assert stages[0]["dir"] == "00-teacher" and len(stages) == 1 + len(yaml.safe_load(open(recipe))["stages"])
+    names = [name for stage in yaml.safe_load(open(recipe))["stages"] for name in stage]
+    ran = names if recipe == PEERS_RUN else [n for n in names if n != "bench"]
+    assert stages[0]["dir"] == "00-teacher" and [s["stage"] for s in stages[1:]] == ran
+    if ran != names:   # what its bench stage would have timed: each model built and run as a worker does
+        from compressor.core.data import load_split
+
+        _built_as_the_bench_builds(str(tmp_path / "run"), stages, load_split("sst2", "dev", glue_dir, limit=4))
     for s in stages:
         record = json.load(open(os.path.join(tmp_path, "run", s["dir"], "record.json")))
         assert record, s["dir"]
