@@ -99,6 +99,8 @@ def shrunk_doc(path: str, general_teacher: str = "", general_cache: str = "", pe
             settings["embedding_rank"] = 8               # the tiny model's width is 48
         if name == "quantize" and settings.get("method") == "mixed":
             settings["max_drop"] = 100.0
+        if name == "quantize" and settings.get("threads"):   # the GPU machine's CPU threads: here 2 cores,
+            settings["threads"] = 1                           # shared, and graphs of 48 wide
         if settings.get("general_teacher") not in (None, "teacher"):   # the base encoder: here, the teacher's
             settings["general_teacher"] = general_teacher
         if settings.get("general_cache"):
