@@ -16,7 +16,7 @@ data: {dir: embedded, train_limit: 1280, dev_limit: 300}
 device: cpu
 teacher:
   model: minilm-l6
-  finetune: {epochs: 1, lr: 2e-4, batch_size: 32, max_length: 48}
+  finetune: {epochs: 1, lr: 2e-4, batch_size: 32, max_length: 32}
 stages: []
 """)
     # dev is scored once as the teacher trains (at the end of its one epoch: the last weights, 40
@@ -27,7 +27,7 @@ stages: []
     assert f"report: {out / 'report.md'}" in printed
     teacher = json.loads((out / "00-teacher" / "record.json").read_text())
     assert teacher["parameters"] == 22_713_986  # MiniLM-L6 plus a 2-way head
-    assert teacher["metrics"]["accuracy"] >= 0.70  # 40 steps from a sentence encoder (0.777 here)
+    assert teacher["metrics"]["accuracy"] >= 0.70  # 40 steps from a sentence encoder (0.773 here)
 
     main(["eval", str(out / "00-teacher"), "--data-dir", "embedded", "--limit", "300",
           "--device", "cpu"])
