@@ -1,4 +1,4 @@
-"""The real MiniLM-L6 through the CLI, as a user would run it (about a minute on 2 cores)."""
+"""The real MiniLM-L6 through the CLI, as a user would run it (about half a minute on 2 cores)."""
 import json
 
 from compressor.cli import main
