@@ -128,6 +128,7 @@ TRAIN_HELP = {
     "device": "cpu, cuda, cuda:N or auto (CUDA when present).",
     "precision": "fp32, bf16 or fp16 (mixed precision; fp16 needs CUDA).",
     "report_to": "Log training to a tracker: none, tensorboard, mlflow or wandb.",
+    "group_by_length": "Shuffled batches of rows of nearly one length (less padding).",
 }
 
 
@@ -138,7 +139,8 @@ def _train_options(fn):
     hints = typing.get_type_hints(TrainConfig)
     for f in reversed(dataclasses.fields(TrainConfig)):
         flag = "--" + f.name.replace("_", "-")
-        fn = click.option(flag, f.name, type=hints[f.name], default=f.default, show_default=True,
+        kind = {"is_flag": True} if hints[f.name] is bool else {"type": hints[f.name]}
+        fn = click.option(flag, f.name, **kind, default=f.default, show_default=True,
                           help=TRAIN_HELP.get(f.name, f.name.replace("_", " ").capitalize() + "."))(fn)
     return fn
 

@@ -62,10 +62,40 @@ def has_label(labels: torch.Tensor) -> torch.Tensor:
     return ~torch.isnan(labels) if labels.is_floating_point() else labels != NO_LABEL[False]
 
 
+GROUP_WINDOW = 50   # group_by_length: rows are sorted within mega-batches of this many batches
+
+
+def shuffled_groups(lengths: Sequence[int], batch_size: int, generator: torch.Generator,
+                    by_length: bool = False, window: int = GROUP_WINDOW) -> List[List[int]]:
+    """Row indices of each training batch, for rows of token counts ``lengths``, drawn from
+    ``generator`` (one epoch; every row once).
+
+    By default the rows in a random order, cut into batches (the order torch.randperm gives).
+    ``by_length`` (``group_by_length``, as HF Trainer calls it): the same random order is cut
+    into mega-batches of ``window`` batches (fewer on small sets, so there are at least four),
+    each sorted by length (:func:`length_groups`' ``bucketed`` rule) and cut into batches, and
+    the batches come in a random order, the widest first as HF's sampler does (a run that does
+    not fit in memory fails at its first step). A batch then holds rows of nearly one length:
+    far less padding, whose cost grows with the square of the width in attention.
+    """
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    if not by_length or batch_size <= 1 or len(order) <= batch_size:
+        return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    window = max(1, min(window, len(order) // (4 * batch_size)))
+    groups = [[order[i] for i in group] for group in
+              length_groups([lengths[i] for i in order], batch_size, "bucketed", window)]
+    groups = [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
+    widest = max(range(len(groups)), key=lambda g: max(lengths[i] for i in groups[g]))
+    groups.insert(0, groups.pop(widest))
+    return groups
+
+
 def iter_batches(items: Sequence[Dict], batch_size: int, pad_id: int, regression: bool,
                  generator: Optional[torch.Generator] = None,
-                 rows: Optional[slice] = None, batching: str = "sorted") -> Iterator[Dict[str, torch.Tensor]]:
-    """Shuffled batches when a generator is given; otherwise grouped as ``batching`` says
+                 rows: Optional[slice] = None, batching: str = "sorted",
+                 group_by_length: bool = False) -> Iterator[Dict[str, torch.Tensor]]:
+    """Shuffled batches when a generator is given (:func:`shuffled_groups`; length-grouped
+    with ``group_by_length``); otherwise grouped as ``batching`` says
     (:func:`length_groups`; ``sorted``, the default: length-sorted).
 
     Length-sorted batches waste no compute on padding; ``order`` in each batch
@@ -74,13 +104,13 @@ def iter_batches(items: Sequence[Dict], batch_size: int, pad_id: int, regression
     rows of each batch, padded to the whole batch's width: one rank's share of a global
     batch, collated without the other ranks' rows.
     """
+    lengths = [len(it["input_ids"]) for it in items]
     if generator is not None:
-        order = torch.randperm(len(items), generator=generator).tolist()
-        groups = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+        groups = shuffled_groups(lengths, batch_size, generator, group_by_length)
     else:
-        groups = length_groups([len(it["input_ids"]) for it in items], batch_size, batching)
+        groups = length_groups(lengths, batch_size, batching)
     for idx in groups:
-        width = max(len(items[i]["input_ids"]) for i in idx)
+        width = max(lengths[i] for i in idx)
         mine = idx if rows is None else [idx[r] for r in rows(len(idx))]
         batch = collate([items[i] for i in mine], pad_id, regression, width)
         batch["order"] = torch.tensor(mine)

@@ -48,6 +48,8 @@ def digest(config, teacher_path: str, general_set) -> str:
             "max_grad_norm", "max_steps", "precision")
     doc = {"student": asdict(config.student), "losses": {n: asdict(s) for n, s in config.losses.intermediate_only().items()},
            "phase": {k: getattr(phase, k) for k in keys}, "teacher": _teacher_key(teacher_path), "text": text}
+    if phase.group_by_length:   # another batch order; only when on, so existing caches keep their keys
+        doc["phase"]["group_by_length"] = True
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 

@@ -260,7 +260,8 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
         _each(callbacks, "on_epoch_begin", state)
         # with several processes each collates only its own rows of the global batch
         for batch in iter_batches(items, config.batch_size, pad_id, task.is_regression, generator,
-                                  rows=_my_rows if world > 1 else None):
+                                  rows=_my_rows if world > 1 else None,
+                                  group_by_length=config.group_by_length):
             if micro % config.grad_accum == 0:
                 _each(callbacks, "on_step_begin", state)
             rows_seen += batch.get("global_rows", len(batch["input_ids"]))

@@ -37,6 +37,9 @@ class TrainConfig:
                             f"warmup is a share of the steps in [0, 1), got {v}")   # spent warming up the lr
     weight_decay: float = 0.01                         # AdamW weight decay
     grad_accum: int = setting(1, check=positive)       # batches whose gradients add up before each optimiser step
+    # shuffle, sort within mega-batches of 50 batches, shuffle the batches (widest first); the
+    # attention's cost grows with the square of a batch's width. Off: recipes keep their batches
+    group_by_length: bool = False   # shuffled batches of rows of nearly one length, as HF Trainer's: less padding on short texts
     max_grad_norm: float = 1.0                         # clip the gradient norm to this; 0 = no clipping
     eval_every: int = setting(0, check=not_negative)   # optimiser steps between dev evaluations; 0 = once per epoch
     max_steps: int = setting(0, check=not_negative)    # stop after this many optimiser steps; 0 = no limit
