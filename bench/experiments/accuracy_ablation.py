@@ -48,6 +48,18 @@ def _intermediate(epochs: int):
     return edit
 
 
+def _batch(size: int, lr_scale: float):
+    """The distillation's batch size, its learning rates scaled by ``lr_scale``: a step costs about
+    the same at batch 64 and 256 on an H200 (bench/results/group-by-length-h200)."""
+    def edit(doc):
+        distill = _stage(doc, "distill")
+        distill["train"]["batch_size"] = size
+        distill["train"]["lr"] = float(distill["train"]["lr"]) * lr_scale
+        if distill.get("intermediate_lr"):
+            distill["intermediate_lr"] = float(distill["intermediate_lr"]) * lr_scale
+    return edit
+
+
 def _no_augment(doc: dict) -> None:
     doc["stages"] = [s for s in doc["stages"] if "augment" not in s]
     _stage(doc, "distill").pop("augment", None)
@@ -94,6 +106,8 @@ VARIANTS = {
                 [_intermediate(10), _distill_only], "c20-i5", "distill", None),
     "chain-i10": ("the chain with 10 + 3 epochs of distillation (20 copies)", [_intermediate(10)], "chain",
                   "distill", None),
+    "chain-i10-b256": ("the chain with 10 + 3 epochs of distillation at batch 256 (learning rates x2)",
+                       [_intermediate(10), _batch(256, 2.0)], "chain-i10", "distill", None),
     "noaug-i5": ("no augmentation, 5 + 3 epochs over the training rows", [_no_augment, _distill_only],
                  "c20-i5|chain", "distill", None),
     "no-intermediate": ("20 copies, no intermediate stage: soft targets for 3 epochs",

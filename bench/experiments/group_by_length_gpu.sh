@@ -8,7 +8,7 @@
 # Dry run on the CPU: MPNET=/tmp/tinympnet DEVICE=cpu STEPS=5 LIMIT="--train-limit 256" WORK=/tmp/gbl ...
 set -euo pipefail
 GLUE=$1; OUT=$2; MPNET=${MPNET:?MPNET=the MPNet-base folder}
-DEVICE=${DEVICE:-cuda}; STEPS=${STEPS:-200}; LIMIT=${LIMIT:-}; W=${WORK:-$HOME/gbl}
+DEVICE=${DEVICE:-cuda}; STEPS=${STEPS:-200}; LIMIT=${LIMIT:-}; W=${WORK:-$HOME/gbl}; BATCH=${BATCH:-64}
 PRECISION=bf16; [ "$DEVICE" = cpu ] && PRECISION=fp32
 export COMPRESSOR_PROGRESS=0 PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 mkdir -p "$W" "$OUT"
@@ -26,7 +26,7 @@ stages:
   - distill:
       student: {kind: layers, num_layers: 6, pick: every}
       losses: {kd: 1, hidden: {weight: 1, mapping: uniform}, embedding: 1, attention: {weight: 1, mapping: uniform}}
-      train: {max_length: 128, batch_size: 64, epochs: 1, max_steps: $STEPS, lr: 5e-5, warmup: 0.1,
+      train: {max_length: 128, batch_size: $BATCH, epochs: 1, max_steps: $STEPS, lr: 5e-5, warmup: 0.1,
               precision: $PRECISION, eval_every: 1000000, group_by_length: $grouped}
       intermediate_epochs: 1
       intermediate_lr: 1e-4
