@@ -54,6 +54,7 @@ def _batch(size: int, lr_scale: float):
     def edit(doc):
         distill = _stage(doc, "distill")
         distill["train"]["batch_size"] = size
+        distill["train"]["group_by_length"] = True   # grouped pays at batch 256, not at 64, on an H200
         distill["train"]["lr"] = float(distill["train"]["lr"]) * lr_scale
         if distill.get("intermediate_lr"):
             distill["intermediate_lr"] = float(distill["intermediate_lr"]) * lr_scale
@@ -108,7 +109,7 @@ VARIANTS = {
                 [_intermediate(10), _distill_only], "c20-i5", "distill", None),
     "chain-i10": ("the chain with 10 + 3 epochs of distillation (20 copies)", [_intermediate(10)], "chain",
                   "distill", None),
-    "chain-i10-b256": ("the chain with 10 + 3 epochs of distillation at batch 256 (learning rates x2)",
+    "chain-i10-b256": ("the chain with 10 + 3 epochs of distillation at batch 256, grouped by length (learning rates x2)",
                        [_intermediate(10), _batch(256, 2.0)], "chain-i10", "distill", None),
     "noaug-i5": ("no augmentation, 5 + 3 epochs over the training rows", [_no_augment, _distill_only],
                  "c20-i5|chain", "distill", None),
