@@ -6,8 +6,8 @@ layer sees fewer tokens), plus the model's overhead (embeddings, pooler, classif
 runtime's own cost) at that precision. Each entry is measured once on this machine by the
 benchmark harness, every model in a process of its own (``compressor.bench.harness``): random
 models of the teacher's family with one layer of the shape (and, per precision and length,
-one and two layers of the teacher's own shape, whose difference is a layer and whose rest is
-the overhead), exported and quantised through the toolkit's own calls, timed at batch 1 on
+one layer and the teacher's depth of the teacher's own shape, whose slope is a layer and whose
+rest is the overhead), exported and quantised through the toolkit's own calls, timed at batch 1 on
 sentences of exactly that many tokens. The table is a JSON file per CPU fingerprint (the
 processor, its flags, the core count, onnxruntime's version, the threads), shared by every
 search on this machine and by processes working at once (a file lock); the whole-model checks
@@ -78,6 +78,9 @@ class LatencyTable:
         self.config = load_config(teacher)
         spec = arch_of(self.config)
         self.full = (spec.num_heads(self.config), spec.ffn_size(self.config))
+        # a layer of the teacher's shape is timed as the slope between one layer and the teacher's
+        # depth: a difference over many layers, not one, so one timing's noise is spread thin
+        self.span = max(2, int(getattr(self.config, spec.num_layers_key, 2) or 2))
         self.max_length = read_meta(teacher).get("max_length", 128)
         self.family = (f"{self.config.model_type}|d{spec.hidden_size(self.config)}|"
                        f"a{self.full[0]}|n{getattr(self.config, 'num_labels', 2)}|L{self.max_length}")
@@ -193,7 +196,8 @@ class LatencyTable:
 
     def _measure(self, seq: int, needs: List[Tuple[str, int, int, int]]) -> None:
         precisions = sorted({n[0] for n in needs})
-        # the teacher's shape at one and two layers gives the overhead, once per precision and length
+        # the teacher's shape at one layer and at its depth gives the overhead and a layer, once per
+        # precision and length
         fresh = any(self._overhead_key(p, seq) not in self.data["overhead"] for p in precisions)
         shapes = sorted({(n[2], n[3]) for n in needs} | ({self.full} if fresh else set()))
         self.log(f"latency table: measuring {len(shapes)} layer shape(s) at {seq} tokens, "
@@ -201,7 +205,7 @@ class LatencyTable:
         with tempfile.TemporaryDirectory(prefix=".auto-latency-") as work:
             models = {}
             for heads, ffn in shapes:
-                counts = (1, 2) if fresh and (heads, ffn) == self.full else (1,)
+                counts = (1, self.span) if fresh and (heads, ffn) == self.full else (1,)
                 for count in counts:
                     fp32 = self._block_export(work, heads, ffn, count)
                     for precision in precisions:
@@ -209,8 +213,8 @@ class LatencyTable:
             times = self._time(models, seq)
         for precision in precisions:
             if fresh:
-                one, two = times[(precision,) + self.full + (1,)], times[(precision,) + self.full + (2,)]
-                layer = max(two - one, 1e-4)
+                one, top = times[(precision,) + self.full + (1,)], times[(precision,) + self.full + (self.span,)]
+                layer = max((top - one) / (self.span - 1), 1e-4)
                 self.data["overhead"][self._overhead_key(precision, seq)] = round(max(one - layer, 0.0), 4)
             overhead = self.data["overhead"][self._overhead_key(precision, seq)]
             for heads, ffn in shapes:
