@@ -169,7 +169,7 @@ def _mrpc_checkpoint(path, minilm_dir, arch):
 
 @pytest.mark.unit
 @pytest.mark.parametrize("arch", ["bert", "mpnet"])
-def test_the_folder_reloads_and_its_onnx_graph_drops_the_same_tokens(tmp_path, minilm_dir, glue_dir, arch):
+def test_the_folder_reloads_and_its_onnx_graph_drops_the_same_tokens(tmp_path, minilm_dir, glue_dir, arch, capsys):
     from compressor.core.models import load_for_task
     from compressor.export.onnx import export_onnx
     from compressor.export.runtime import Predictor
@@ -185,7 +185,11 @@ def test_the_folder_reloads_and_its_onnx_graph_drops_the_same_tokens(tmp_path, m
     model, _ = load_for_task(str(out))
     assert isinstance(model, TokenPrunedModel) and model.values() == pytest.approx([0.06, 0.09])
     transformers.AutoModelForSequenceClassification.from_pretrained(str(out))   # the unpruned model
+    capsys.readouterr()
     manifest = export_onnx(str(out), str(tmp_path / "onnx"), data_dir=glue_dir, parity_limit=40)
+    # onnxruntime's optimizer gives up its shape inference on the computed indices and prints so;
+    # the export says nothing a user has to read
+    assert "failed in shape inference" not in capsys.readouterr().out
     assert manifest["parity"]["identical_predictions"] == 1.0
     assert manifest["parity"]["max_abs_logit_diff"] < 1e-4
     if arch == "mpnet":   # every layer's attention fused, the two deciding ones giving their scores too

@@ -10,7 +10,9 @@ loads (a distilled BiLSTM/CNN student, say) through ``torch.onnx``.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
+import io
 import os
 import shutil
 import time
@@ -430,6 +432,10 @@ def optimize_graph(model_file: str, config=None, heads=None) -> dict:
     levels = [q.level for q in quiet]
     for q in quiet:
         q.setLevel(logging.ERROR)
+    # onnxruntime prints "failed in shape inference" to stdout where its symbolic shape inference
+    # gives up (a token-pruned graph's computed indices); the fusions go on without it
+    hushed = contextlib.ExitStack()
+    hushed.enter_context(contextlib.redirect_stdout(io.StringIO()))
     try:
         unfusable = None
         try:
@@ -459,6 +465,7 @@ def optimize_graph(model_file: str, config=None, heads=None) -> dict:
             attention.update(fused=[], refused=refused,
                              note=f"attention left unfused: the optimizer's fusion had {refused}")
     finally:
+        hushed.close()
         for q, level in zip(quiet, levels):
             q.setLevel(level)
     optimized.save_model_to_file(model_file)
