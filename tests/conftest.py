@@ -86,19 +86,27 @@ def tiny_models(tmp_path_factory, minilm_dir):
     return paths
 
 
-def save_sst2_classifier(path, minilm_dir, max_length: int = 64) -> str:
-    """A tiny random BERT SST-2 classifier (seed 0) with the MiniLM tokenizer, saved as the
-    toolkit saves a checkpoint."""
+def save_tiny_classifier(path, minilm_dir, arch: str = "bert", task: str = "sst2", max_length: int = 64,
+                         seed: int = 0, shape: dict = None) -> str:
+    """A tiny random two-label ``arch`` classifier for ``task`` (``seed`` picks its weights; ``shape``
+    overrides config fields) with the MiniLM tokenizer, saved as the toolkit saves a checkpoint."""
     from compressor.core.data import get_task
     from compressor.core.models import checkpoint_meta, save_checkpoint
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    config = tiny_config("bert")
+    config = tiny_config(arch)
+    if shape:
+        config.update(shape)
     config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = transformers.AutoModelForSequenceClassification.from_config(config)
-    save_checkpoint(model, tokenizer, str(path), checkpoint_meta(get_task("sst2"), max_length, "test"))
+    save_checkpoint(model, tokenizer, str(path), checkpoint_meta(get_task(task), max_length, "test"))
     return str(path)
+
+
+def save_sst2_classifier(path, minilm_dir, max_length: int = 64) -> str:
+    """A tiny random BERT SST-2 classifier (seed 0) with the MiniLM tokenizer."""
+    return save_tiny_classifier(path, minilm_dir, max_length=max_length)
 
 
 @pytest.fixture(scope="module")
@@ -120,17 +128,10 @@ def export_dir(tmp_path_factory, checkpoint):
 @pytest.fixture(scope="session")
 def mpnet_export(tmp_path_factory, minilm_dir):
     """A tiny random MPNet classifier's ONNX export (read-only: tests quantise copies of it)."""
-    from compressor.core.data import get_task
-    from compressor.core.models import checkpoint_meta, save_checkpoint
     from compressor.export import export_onnx
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    config = tiny_config("mpnet")
-    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
-    torch.manual_seed(0)
-    model = transformers.AutoModelForSequenceClassification.from_config(config)
     root = tmp_path_factory.mktemp("mpnet-export")
-    save_checkpoint(model, tokenizer, str(root / "ckpt"), checkpoint_meta(get_task("sst2"), 64, "test"))
+    save_tiny_classifier(root / "ckpt", minilm_dir, "mpnet")
     export_onnx(str(root / "ckpt"), str(root / "onnx"), parity=False)
     return str(root / "onnx")
 

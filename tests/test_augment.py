@@ -12,7 +12,7 @@ import torch
 import transformers
 from click.testing import CliRunner
 
-from conftest import save_sst2_classifier, tiny_config
+from conftest import save_sst2_classifier, save_tiny_classifier, tiny_config
 
 pytestmark = pytest.mark.integration
 
@@ -35,17 +35,7 @@ def teacher(tmp_path_factory, minilm_dir):
 
 @pytest.fixture(scope="module")
 def mrpc_teacher(tmp_path_factory, minilm_dir):
-    from compressor.core.data import get_task
-    from compressor.core.models import checkpoint_meta, save_checkpoint
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    config = tiny_config("bert")
-    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
-    torch.manual_seed(0)
-    model = transformers.AutoModelForSequenceClassification.from_config(config)
-    path = str(tmp_path_factory.mktemp("mrpc") / "teacher")
-    save_checkpoint(model, tokenizer, path, checkpoint_meta(get_task("mrpc"), 64, "test"))
-    return path
+    return save_tiny_classifier(tmp_path_factory.mktemp("mrpc") / "teacher", minilm_dir, task="mrpc")
 
 
 @pytest.mark.unit

@@ -20,23 +20,12 @@ RECIPES = sorted(glob.glob(os.path.join(ROOT, "recipes", "mpnet", "*.yaml")))
 
 @pytest.fixture(scope="module")
 def mpnet_teacher(tmp_path_factory, minilm_dir):
-    import torch
-    import transformers
+    from tests.conftest import save_tiny_classifier
 
-    from compressor.core.data import get_task
-    from compressor.core.models import checkpoint_meta, save_checkpoint
-    from tests.conftest import tiny_config
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    config = tiny_config("mpnet")    # 12 layers and 12 heads as MPNet-base, narrow (48)
-    config.update({"num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 48,
-                   "intermediate_size": 64})
-    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
-    torch.manual_seed(0)
-    model = transformers.AutoModelForSequenceClassification.from_config(config)
-    path = str(tmp_path_factory.mktemp("mpnet") / "teacher")
-    save_checkpoint(model, tokenizer, path, checkpoint_meta(get_task("sst2"), 32, "test"))
-    return path
+    # 12 layers and 12 heads as MPNet-base, narrow (48)
+    shape = {"num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 48, "intermediate_size": 64}
+    return save_tiny_classifier(tmp_path_factory.mktemp("mpnet") / "teacher", minilm_dir, "mpnet", max_length=32,
+                                shape=shape)
 
 
 def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = "",

@@ -7,23 +7,14 @@ import pytest
 import torch
 import transformers
 
-from conftest import tiny_config
+from conftest import save_tiny_classifier
 
 SENTENCES = ["a fine film", "dull and long", "the best of the year"]
 
 
 def _classifier(path, minilm_dir, seed: int) -> str:
     """A tiny random BERT SST-2 classifier (``seed`` picks its weights) saved as the toolkit saves one."""
-    from compressor.core.data import get_task
-    from compressor.core.models import checkpoint_meta, save_checkpoint
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    config = tiny_config("bert")
-    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForSequenceClassification.from_config(config)
-    save_checkpoint(model, tokenizer, str(path), checkpoint_meta(get_task("sst2"), 32, "test"))
-    return str(path)
+    return save_tiny_classifier(path, minilm_dir, max_length=32, seed=seed)
 
 
 def make_folders(root, minilm_dir) -> dict:
