@@ -432,23 +432,27 @@ def optimize_graph(model_file: str, config=None, heads=None) -> dict:
     levels = [q.level for q in quiet]
     for q in quiet:
         q.setLevel(logging.ERROR)
-    # onnxruntime prints "failed in shape inference" to stdout where its symbolic shape inference
-    # gives up (a token-pruned graph's computed indices); the fusions go on without it
-    hushed = contextlib.ExitStack()
-    hushed.enter_context(contextlib.redirect_stdout(io.StringIO()))
+
+    def fuse(with_attention: bool = True):
+        options = None
+        if not with_attention:
+            options = FusionOptions("bert")
+            options.enable_attention = False
+        # onnxruntime prints "failed in shape inference" to stdout where its symbolic shape inference
+        # gives up (a token-pruned graph's computed indices); the fusions go on without it
+        with contextlib.redirect_stdout(io.StringIO()):
+            return optimize_model(model_file, model_type="bert", num_heads=num_heads, hidden_size=width,
+                                  opt_level=0, optimization_options=options)
+
     try:
         unfusable = None
         try:
-            optimized = optimize_model(model_file, model_type="bert", num_heads=num_heads, hidden_size=width,
-                                       opt_level=0)
+            optimized = fuse()
         except RuntimeError as exc:
             # the attention fusion can leave a graph that is no longer a DAG where layers see
             # computed token indices (token pruning): fuse the rest, attention left as it is
             unfusable = " ".join(str(exc).split())[:200]
-            options = FusionOptions("bert")
-            options.enable_attention = False
-            optimized = optimize_model(model_file, model_type="bert", num_heads=num_heads,
-                                       hidden_size=width, opt_level=0, optimization_options=options)
+            optimized = fuse(with_attention=False)
         # MPNet: onnxruntime fuses no attention (its relative position bias); ours does
         mpnet = _fuse_mpnet(optimized, config, head_size)
         attention = _attention_report(optimized.model, heads, head_size)
@@ -457,15 +461,11 @@ def optimize_graph(model_file: str, config=None, heads=None) -> dict:
         if unfusable:
             attention["note"] = f"attention left unfused: the optimizer's attention fusion failed ({unfusable})"
         if attention.get("wrong"):
-            options = FusionOptions("bert")
-            options.enable_attention = False
-            optimized = optimize_model(model_file, model_type="bert", num_heads=num_heads,
-                                       hidden_size=width, opt_level=0, optimization_options=options)
+            optimized = fuse(with_attention=False)
             refused = attention.pop("wrong")
             attention.update(fused=[], refused=refused,
                              note=f"attention left unfused: the optimizer's fusion had {refused}")
     finally:
-        hushed.close()
         for q, level in zip(quiet, levels):
             q.setLevel(level)
     optimized.save_model_to_file(model_file)
