@@ -66,12 +66,7 @@ ablation_lane() {  # gpu task
   watch_runs "${runs[@]}"
   for name in "${names[@]}"; do wait ${pid[$name]} || echo "FAILED $task-$name" >> "$OUT/logs/failed.txt"; done
 }
-for lane in $LANES; do
-  gpu=${lane%%:*}
-  for task in $(echo "${lane#*:}" | tr , ' '); do ablation_lane "$gpu" "$task" & done
-done
-wait
-sort -u -o "$OUT/commands.txt" "$OUT/commands.txt"
+run_lanes ablation_lane
 python3 -m bench.experiments.accuracy_ablation summary "$OUT" > "$OUT/logs/summary.log" 2>&1 \
   || echo "summary failed: $OUT/logs/summary.log"
 echo "all done"

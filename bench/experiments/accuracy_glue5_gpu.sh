@@ -18,7 +18,7 @@
 # make a dry run on the CPU (RECIPE_DATA becomes the recipes' data section).
 set -uo pipefail
 GLUE=$1; OUT=$2
-source "$(dirname "$0")/gpu_lanes.sh"   # log, held_out_teacher, bring_back (and glue5_tasks.sh)
+source "$(dirname "$0")/gpu_lanes.sh"   # log, held_out_teacher, bring_back, run_lanes (and glue5_tasks.sh)
 export COMPRESSOR_PROGRESS=0 PYTHONUNBUFFERED=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 WORK=${WORK:-$HOME/acc}; DEVICE=${DEVICE:-cuda}; LIMITS=${LIMITS:-}; MPNET=${MPNET:?MPNET=the MPNet-base folder}
 PRECISION=bf16; [ "$DEVICE" = cpu ] && PRECISION=fp32
@@ -69,10 +69,5 @@ task_lane() {  # gpu task
   wait $int8_pid || echo "FAILED $task-teacher-int8" >> "$OUT/logs/failed.txt"
   bring_back $task-chain; bring_back $task-teacher-int8
 }
-for lane in $LANES; do
-  gpu=${lane%%:*}
-  for task in $(echo "${lane#*:}" | tr , ' '); do task_lane "$gpu" "$task" & done
-done
-wait
-sort -u -o "$OUT/commands.txt" "$OUT/commands.txt"
+run_lanes task_lane
 echo "all done"

@@ -11,6 +11,7 @@
 #   bring_back RUN                     every stage's small JSON and markdown files into OUT/RUN
 #   wait_for FOLDER PID                until FOLDER/record.json exists or PID has ended (1: it ended first)
 #   seed_run PARENT STAGE RUN          WORK/RUN starts with WORK/PARENT's stage folders up to STAGE
+#   run_lanes FUNC                     FUNC GPU TASK for every task of LANES at once; then commands.txt sorted
 # Dry run on the CPU: DEVICE=cpu LIMITS="--train-limit 64 --dev-limit 32" HOLDOUT_ROWS=16
 # RECIPE_DATA="train_limit: 64, dev_limit: 32" SHRINK=1 (every phase one epoch, two copies).
 source "$(dirname "${BASH_SOURCE[0]}")/glue5_tasks.sh"   # teacher_spec, holdout_rows
@@ -104,4 +105,14 @@ watch_runs() {  # run... : bring each back every minute while any of the jobs of
     sleep 60; for r in "$@"; do bring_back "$r"; done
   done
   for r in "$@"; do bring_back "$r"; done
+}
+
+run_lanes() {  # func: "func GPU TASK" for every task of LANES ("0:cola 1:rte,mrpc"), side by side
+  local lane gpu task
+  for lane in $LANES; do
+    gpu=${lane%%:*}
+    for task in $(echo "${lane#*:}" | tr , ' '); do "$1" "$gpu" "$task" & done
+  done
+  wait
+  sort -u -o "$OUT/commands.txt" "$OUT/commands.txt"
 }

@@ -22,8 +22,9 @@
 # two general phases (one epoch each, on one GPU), then RTE (42k rows) 350 s and MRPC (66k) 580 s
 # of task training: about 12 minutes on RTE's GPU and 14-16 on MRPC's, within the 25 minutes with
 # room for loading and scoring; theseus-6l and distilbert-6l would add about 1.5 and 3 minutes.
-# Dry run on the CPU (tiny MPNet, every phase one epoch, two copies):
-#   MPNET=/tmp/tinympnet DEVICE=cpu LANES="0:rte" LIMITS="--train-limit 64 --dev-limit 32" HOLDOUT_ROWS=16 \
+# Dry run on the CPU (a tiny MPNet with 12 heads, as TinyBERT's and MiniLM's attention and relation
+# losses need; every phase one epoch, two copies):
+#   MPNET=/tmp/tinympnet12h DEVICE=cpu LANES="0:rte" LIMITS="--train-limit 64 --dev-limit 32" HOLDOUT_ROWS=16 \
 #   RECIPE_DATA="train_limit: 64, dev_limit: 32" SHRINK=1 WORK=/tmp/seedwork bash bench/experiments/seed_systems_gpu.sh GLUE_DIR OUT_DIR
 set -uo pipefail
 GLUE=$1; OUT=$2
@@ -50,12 +51,7 @@ seed_lane() {  # gpu task
   watch_runs "${runs[@]}"
   for i in "${!pids[@]}"; do wait ${pids[i]} || echo "FAILED ${runs[i]}" >> "$OUT/logs/failed.txt"; done
 }
-for lane in $LANES; do
-  gpu=${lane%%:*}
-  for task in $(echo "${lane#*:}" | tr , ' '); do seed_lane "$gpu" "$task" & done
-done
-wait
-sort -u -o "$OUT/commands.txt" "$OUT/commands.txt"
+run_lanes seed_lane
 python3 -m bench.experiments.seed_systems_summary "$OUT" > "$OUT/logs/summary.log" 2>&1 \
   || echo "summary failed: $OUT/logs/summary.log"
 echo "all done"
