@@ -309,13 +309,9 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: str, text: str) -> None:
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-
-
 def main(argv=None) -> dict:
+    from compressor.core.io import write_text
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", default=os.environ.get("MPNET_BASE"),
                     help="MPNet-base folder (fp32; ../shared/tools/get-mpnet-teacher.sh)")
@@ -361,8 +357,8 @@ def main(argv=None) -> dict:
     summary = summarize(records)
     summary.update(command=command, tasks=tasks, threads=threads, sentences=args.sentences,
                    wall_s=round(time.monotonic() - started, 1))
-    _write(os.path.join(args.out_dir, "summary.json"), json.dumps(summary, indent=1))
-    _write(os.path.join(args.out_dir, "summary.md"), markdown(summary))
+    write_text(os.path.join(args.out_dir, "summary.json"), json.dumps(summary, indent=1))
+    write_text(os.path.join(args.out_dir, "summary.md"), markdown(summary))
     print(markdown(summary))
     log(f"done in {time.monotonic() - started:.0f} s: {args.out_dir}")
     return summary
