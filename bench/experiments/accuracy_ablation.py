@@ -58,6 +58,12 @@ def _batch(size: int, lr_scale: float):
         distill["train"]["lr"] = float(distill["train"]["lr"]) * lr_scale
         if distill.get("intermediate_lr"):
             distill["intermediate_lr"] = float(distill["intermediate_lr"]) * lr_scale
+        prune = next((s["prune"] for s in doc["stages"] if "prune" in s), None)
+        if prune and prune.get("recover", {}).get("train"):   # the recovery's soft targets as well
+            train = prune["recover"]["train"]
+            train["batch_size"] = size
+            train["group_by_length"] = True
+            train["lr"] = float(train["lr"]) * lr_scale
     return edit
 
 
@@ -109,8 +115,12 @@ VARIANTS = {
                 [_intermediate(10), _distill_only], "c20-i5", "distill", None),
     "chain-i10": ("the chain with 10 + 3 epochs of distillation (20 copies)", [_intermediate(10)], "chain",
                   "distill", None),
-    "chain-i10-b256": ("the chain with 10 + 3 epochs of distillation at batch 256, grouped by length (learning rates x2)",
+    "chain-i10-b256": ("the chain with 10 + 3 epochs of distillation at batch 256, grouped by length (learning rates x2; the recovery at batch 256 too)",
                        [_intermediate(10), _batch(256, 2.0)], "chain-i10", "distill", None),
+    "chain-i15-b256": ("the chain with 15 + 3 epochs of distillation at batch 256, grouped by length (learning rates x2; "
+                       "the recovery at batch 256 too)", [_intermediate(15), _batch(256, 2.0)], "chain-i10-b256", "distill", None),
+    "b256": ("the chain at batch 256, grouped by length, learning rates x2 (distillation and recovery)",
+             [_batch(256, 2.0)], "chain", "distill", None),
     "noaug-i5": ("no augmentation, 5 + 3 epochs over the training rows", [_no_augment, _distill_only],
                  "c20-i5|chain", "distill", None),
     "no-intermediate": ("20 copies, no intermediate stage: soft targets for 3 epochs",

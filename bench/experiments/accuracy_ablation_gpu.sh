@@ -1,6 +1,7 @@
 #!/bin/bash
 # Issue 32 item 6 on a GPU machine with two GPUs (device tool, nvidia-h100-x2; given two H200s and
-# 32 cores): the ablation of recipes/mpnet/chain-augmented.yaml on CoLA, RTE and MRPC, every variant
+# 32 cores): the ablation of recipes/mpnet/chain-augmented.yaml on CoLA, RTE and MRPC (SST-2, given in
+# LANES, starts from chain-augmented-sst2.yaml), every variant
 # of a task on one teacher fine-tuned with about a tenth of its rows held out (made again in each
 # session). The variants are bench/experiments/accuracy_ablation.py's (the chain's recipe with one
 # thing changed); a variant that changes a late stage starts from the chain's finished stages.
@@ -43,7 +44,8 @@ ablation_lane() {  # gpu task
   declare -A pid
   held_out_teacher $gpu $task || return 1
   for name in ${!v:-chain}; do
-    local recipe; recipe=$(recipe_copy recipes/mpnet/chain-augmented.yaml $task-$name $name)
+    local base=chain-augmented; [ $task = sst2 ] && base=chain-augmented-sst2   # SST-2: 2 copies, 2 + 2 epochs
+    local recipe; recipe=$(recipe_copy recipes/mpnet/$base.yaml $task-$name $name)
     set -- $(python3 -m bench.experiments.accuracy_ablation deps $name)
     if [ $# = 0 ]; then
       start_run $gpu $task "$recipe" $task-$name
