@@ -67,6 +67,14 @@ def _batch(size: int, lr_scale: float):
     return edit
 
 
+def _task_loss(weight: float):
+    """The labels of the training rows beside the soft targets in the prediction phase (augmented
+    rows have none and are left out of that loss)."""
+    def edit(doc):
+        _stage(doc, "distill")["losses"]["task"] = weight
+    return edit
+
+
 def _no_augment(doc: dict) -> None:
     doc["stages"] = [s for s in doc["stages"] if "augment" not in s]
     _stage(doc, "distill").pop("augment", None)
@@ -119,6 +127,13 @@ VARIANTS = {
                        [_intermediate(10), _batch(256, 2.0)], "chain-i10", "distill", None),
     "chain-i15-b256": ("the chain with 15 + 3 epochs of distillation at batch 256, grouped by length (learning rates x2; "
                        "the recovery at batch 256 too)", [_intermediate(15), _batch(256, 2.0)], "chain-i10-b256", "distill", None),
+    "i10-b256-lr1": ("the chain with 10 + 3 epochs at batch 256, grouped, learning rates as at batch 64 "
+                     "(is the doubled rate what cancels the extra epochs?)", [_intermediate(10), _batch(256, 1.0)],
+                     "chain-i10-b256", "distill", None),
+    "i10-b256-task": ("chain-i10-b256 with the training rows' labels beside the soft targets (task loss 1)",
+                      [_intermediate(10), _batch(256, 2.0), _task_loss(1.0)], "chain-i10-b256", "distill", None),
+    "c40-i10-b256": ("chain-i10-b256 with 40 augmented copies instead of 20",
+                     [_copies(40), _intermediate(10), _batch(256, 2.0)], "chain-i10-b256", "distill", None),
     "b256": ("the chain at batch 256, grouped by length, learning rates x2 (distillation and recovery)",
              [_batch(256, 2.0)], "chain", "distill", None),
     "noaug-i5": ("no augmentation, 5 + 3 epochs over the training rows", [_no_augment, _distill_only],
