@@ -85,6 +85,11 @@ def test_copies_and_replace_rate_are_respected(teacher, glue_dir, tmp_path, cach
         assert len(row["logits"]) == 2 and "label" not in row
     assert set(per_row.values()) == {5}
     assert record["candidates_from"] == "embedding"
+    # the teacher's labels of the copies beside the gold labels of the rows, each label's share
+    assert set(record["label_share_copies"]) == set(record["label_share_training"]) == {"0", "1"}
+    assert abs(sum(record["label_share_copies"].values()) - 1) < 1e-3
+    argmax = [max(range(2), key=lambda i: row["logits"][i]) for row in rows]
+    assert abs(record["label_share_copies"]["1"] - sum(argmax) / len(argmax)) < 1e-3
     # words the vocabulary splits have no neighbours and stay: p of the others change
     with_candidates = 1 - record["words_without_candidates"] / record["words"]
     assert abs(record["replaced_share"] / with_candidates - 0.4) < 0.05, record

@@ -75,6 +75,12 @@ def _task_loss(weight: float):
     return edit
 
 
+def _replace_rate(rate: float):
+    def edit(doc):
+        _stage(doc, "augment")["replace_rate"] = rate
+    return edit
+
+
 def _no_augment(doc: dict) -> None:
     doc["stages"] = [s for s in doc["stages"] if "augment" not in s]
     _stage(doc, "distill").pop("augment", None)
@@ -134,6 +140,9 @@ VARIANTS = {
                       [_intermediate(10), _batch(256, 2.0), _task_loss(1.0)], "chain-i10-b256", "distill", None),
     "c40-i10-b256": ("chain-i10-b256 with 40 augmented copies instead of 20",
                      [_copies(40), _intermediate(10), _batch(256, 2.0)], "chain-i10-b256", "distill", None),
+    "r01-i10-b256": ("chain-i10-b256 with a word replaced with probability 0.1 instead of 0.4 (CoLA's copies "
+                     "stay nearer grammatical: most embedding neighbours are inflections of the word)",
+                     [_replace_rate(0.1), _intermediate(10), _batch(256, 2.0)], "chain-i10-b256", "distill", None),
     "b256": ("the chain at batch 256, grouped by length, learning rates x2 (distillation and recovery)",
              [_batch(256, 2.0)], "chain", "distill", None),
     "noaug-i5": ("no augmentation, 5 + 3 epochs over the training rows", [_no_augment, _distill_only],

@@ -18,7 +18,9 @@ import re
 import shutil
 import time
 from dataclasses import replace
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from compressor.augment.candidates import EmbeddingNeighbours, MaskedLMCandidates, Span, masked_lm
 from compressor.augment.config import AugmentConfig
@@ -148,6 +150,24 @@ def _candidates(config: AugmentConfig, teacher, tokenizer, teacher_path: str, wh
                                max(1, config.batch_size // 8), config.max_length), "mlm", "")
 
 
+def label_shares(train_set: Dataset, logits) -> dict:
+    """For a classification task, each label's share of the training rows (their gold labels) and of
+    the copies (the teacher's most likely label): a replacement that breaks a sentence can move
+    the copies towards one class (CoLA: to "unacceptable"), which the student then learns."""
+    task = train_set.task
+    if task.is_regression or len(logits) == 0:
+        return {}
+    names = [str(label) for label in task.labels]
+
+    def share(indices) -> Dict[str, float]:
+        counts = np.bincount(np.asarray(indices, dtype=np.int64), minlength=len(names))
+        return {name: round(float(c) / max(int(counts.sum()), 1), 4) for name, c in zip(names, counts)}
+
+    gold = [ex.label for ex in train_set.examples if ex.label is not None]
+    return {"label_share_training": share(gold),
+            "label_share_copies": share(np.asarray(logits).argmax(axis=-1))}
+
+
 def make_augmented(teacher_path: str, train_set: Dataset, config: AugmentConfig, out: str,
                    exclude: Sequence = (), log=None) -> dict:
     """Augment ``train_set`` into folder ``out`` (``augmented.jsonl`` and ``augment.json``),
@@ -182,11 +202,12 @@ def make_augmented(teacher_path: str, train_set: Dataset, config: AugmentConfig,
     logits = predict_logits(teacher, tokenizer, rows, config.max_length, config.batch_size, device,
                             precision=config.precision, desc="augment: teacher logits") if rows else []
     teacher.to("cpu")
+    shares = label_shares(train_set, logits)
     record = {"digest": key, "task": train_set.task.name, "teacher": os.path.abspath(teacher_path)
               if os.path.isdir(teacher_path) else teacher_path,
               "teacher_digest": model_digest(teacher_path), "rows_digest": rows_digest(train_set),
               "data": train_set.source, **counts, "candidates_from": source,
-              "mlm_model": config.mlm_model, "neighbours": neighbours,
+              "mlm_model": config.mlm_model, "neighbours": neighbours, **shares,
               **config.digest_settings(), "time_s": round(time.perf_counter() - start, 2),
               "versions": versions()}
     write_augmented(out, augmented, logits, made_from, record)
