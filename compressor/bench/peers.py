@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from compressor.core.errors import CompressorError
 from compressor.core.io import atomic_dir
@@ -55,11 +55,23 @@ def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_P
     params = count_parameters(load_for_task(teacher_dir)[0])
     specs = []
     onnx_plain = os.path.join(work_dir, "ort-fp32")
-    if any(p.startswith(("ort", "openvino")) for p in peers) and not os.path.isfile(os.path.join(onnx_plain, "model.onnx")):
-        from compressor.export.onnx import export_onnx
 
-        # the plain export: no fusions of ours, no parity pass (the peers are scored anyway)
-        export_onnx(teacher_dir, onnx_plain, optimize=False, parity=False)
+    def plain() -> str:
+        # the plain export: no fusions of ours, no parity pass (the peers are scored anyway). Made
+        # only when a peer needs its graph, so a work dir of prebuilt peers (their graphs, and the
+        # plain export's folder without model.onnx for the tokenizer) times them with no export
+        if not os.path.isfile(os.path.join(onnx_plain, "model.onnx")):
+            from compressor.export.onnx import export_onnx
+
+            export_onnx(teacher_dir, onnx_plain, optimize=False, parity=False)
+        return onnx_plain
+
+    def tokenizer() -> str:   # the ONNX peers run with the plain export's tokenizer and manifest
+        return onnx_plain if os.path.isfile(os.path.join(onnx_plain, "manifest.json")) else plain()
+
+    def o2() -> str:
+        return _ort_o2(plain, os.path.join(work_dir, "ort-o2"))
+
     for peer in peers:
         if peer == "pytorch-fp32":
             specs.append(Spec(peer, teacher_dir, "pytorch", "fp32", group="peer", source="teacher",
@@ -69,15 +81,13 @@ def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_P
                               source="torch.ao.quantization.quantize_dynamic(Linear, qint8)",
                               parameters=params, size_bytes=_torch_int8_size(teacher_dir)))
         elif peer == "ort-fp32":
-            specs.append(_onnx_spec(peer, os.path.join(onnx_plain, "model.onnx"), onnx_plain, params,
+            specs.append(_onnx_spec(peer, os.path.join(plain(), "model.onnx"), onnx_plain, params,
                                     "torch -> ONNX, onnxruntime defaults"))
         elif peer == "ort-o2":
-            path = _ort_o2(onnx_plain, os.path.join(work_dir, "ort-o2"))
-            specs.append(_onnx_spec(peer, path, onnx_plain, params, "optimum ORTOptimizer O2"))
+            specs.append(_onnx_spec(peer, o2(), tokenizer(), params, "optimum ORTOptimizer O2"))
         elif peer == "ort-o2-int8":
-            o2 = _ort_o2(onnx_plain, os.path.join(work_dir, "ort-o2"))
             path = _ort_int8(o2, os.path.join(work_dir, f"ort-o2-int8-{preset}"), preset)
-            specs.append(_onnx_spec(peer, path, onnx_plain, params,
+            specs.append(_onnx_spec(peer, path, tokenizer(), params,
                                     f"optimum ORTOptimizer O2 + ORTQuantizer dynamic INT8 ({preset})",
                                     precision="int8-dynamic"))
         elif peer == "inc-int8":
@@ -86,7 +96,7 @@ def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_P
                               parameters=params, size_bytes=None, extra={"data_dir": data_dir}))
         elif peer in ("openvino-fp32", "openvino-int8"):
             int8 = peer == "openvino-int8"
-            folder = _openvino(onnx_plain, os.path.join(work_dir, peer), int8, data_dir)
+            folder = _openvino(plain, os.path.join(work_dir, peer), int8, data_dir)
             specs.append(Spec(peer, folder, "openvino", "int8-static" if int8 else "fp32", group="peer",
                               source="OpenVINO IR of the ONNX export" + (", NNCF post-training INT8" if int8 else "")
                               + " (CPU plugin, f32 inference)", parameters=params,
@@ -94,13 +104,14 @@ def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_P
     return specs
 
 
-def _openvino(plain: str, out: str, int8: bool, data_dir: Optional[str]) -> str:
-    """The IR ``compressor export --format openvino`` writes (no parity pass: the peers are scored)."""
+def _openvino(plain: Callable[[], str], out: str, int8: bool, data_dir: Optional[str]) -> str:
+    """The IR ``compressor export --format openvino`` writes (no parity pass: the peers are scored),
+    from the plain export (``plain()`` makes it) unless ``out`` holds it already."""
     if os.path.isfile(os.path.join(out, "model.xml")):
         return out
     from compressor.export.targets import export_model
 
-    export_model(plain, out, format="openvino", int8=int8, parity_rows=0, data_dir=data_dir)
+    export_model(plain(), out, format="openvino", int8=int8, parity_rows=0, data_dir=data_dir)
     return out
 
 
@@ -109,10 +120,11 @@ def _onnx_spec(name, path, tok_folder, params, source, precision="fp32") -> Spec
                 size_bytes=os.path.getsize(path), tokenizer_path=tok_folder)
 
 
-def _ort_o2(plain: str, out: str) -> str:
+def _ort_o2(plain: Callable[[], str], out: str) -> str:
     target = os.path.join(out, "model_optimized.onnx")
     if os.path.isfile(target):
         return target
+    plain = plain()
     from optimum.onnxruntime import ORTOptimizer
     from optimum.onnxruntime.configuration import AutoOptimizationConfig
 
@@ -123,10 +135,11 @@ def _ort_o2(plain: str, out: str) -> str:
     return target
 
 
-def _ort_int8(o2_file: str, out: str, preset: str) -> str:
+def _ort_int8(o2: Callable[[], str], out: str, preset: str) -> str:
     target = os.path.join(out, "model_optimized_quantized.onnx")
     if os.path.isfile(target):
         return target
+    o2_file = o2()   # the O2 graph, made only when the INT8 one is not there yet
     from optimum.onnxruntime import ORTQuantizer
     from optimum.onnxruntime.configuration import AutoQuantizationConfig
 
