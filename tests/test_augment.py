@@ -54,6 +54,28 @@ def test_stop_words_punctuation_and_numbers_are_kept():
 
 
 @pytest.mark.unit
+def test_keep_form_drops_other_forms_and_the_words_own_inflections():
+    from compressor.augment import AugmentConfig
+    from compressor.augment.forms import form, keep_form
+
+    # MPNet-base's nearest whole words (docs/augmentation.md): inflections and other forms go
+    assert keep_form("run", ["runs", "running", "ran", "runners", "runner", "race", "walk"]) == ["race", "walk"]
+    assert keep_form("gave", ["gives", "give", "giving", "given", "provided", "took"]) == ["provided", "took"]
+    assert keep_form("tall", ["taller", "tallest", "height", "short"]) == ["height", "short"]
+    assert keep_form("Running", ["jumping", "runner", "walks", "Swimming"]) == ["jumping", "Swimming"]
+    # a singular reflexive keeps singular ones: number agreement stays, the stems differ
+    assert keep_form("himself", ["herself", "themselves", "myself"]) == ["herself", "myself"]
+    # a word that only starts the same is dropped with the stem; a suffix needs three letters before it
+    assert keep_form("run", ["runway", "rust"]) == ["rust"]
+    assert form("thing") == ("base", "thing") and form("string") == ("ing", "str")
+    assert form("cities") == ("s", "city") and form("glass") == ("base", "glass")
+    assert form("quickly") == ("ly", "quick") and form("ran") == ("past", "run")
+    # off by default, and then out of the digest: sets made before the setting keep their digests
+    assert "keep_form" not in AugmentConfig().digest_settings()
+    assert AugmentConfig(keep_form=True).digest_settings()["keep_form"] is True
+
+
+@pytest.mark.unit
 def test_rows_without_labels_are_left_out_of_the_task_loss():
     from compressor.core.batches import collate
     from compressor.engine.losses import task_loss, task, Signals, LossSettings
@@ -303,6 +325,36 @@ def test_cli_augment(teacher, glue_dir, tmp_path, cache):
     assert len(_rows(tmp_path / "a")) == 24
     again = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert again.exit_code == 0 and "reused" in again.output
+
+
+def test_cli_keep_form_changes_the_digest_and_substitutes_only_same_form_words(teacher, glue_dir, tmp_path,
+                                                                               cache):
+    from compressor.augment import STOP_WORDS
+    from compressor.augment.forms import same_form
+    from compressor.cli import cli
+    from compressor.core.data import get_task, load_data
+
+    records = {}
+    for name, extra in (("off", []), ("on", ["--set", "keep_form=true"])):
+        args = ["augment", teacher, "--out", str(tmp_path / name), "--data-dir", glue_dir, "--train-limit", "12",
+                "--set", "copies=3", "--set", "replace_rate=1.0", "--set", f"cache={cache}", "--device", "cpu"]
+        result = CliRunner().invoke(cli, args + extra, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        records[name] = json.loads((tmp_path / name / "augment.json").read_text())
+    assert records["on"]["digest"] != records["off"]["digest"]
+    assert records["on"]["keep_form"] is True and "keep_form" not in records["off"]
+    assert records["on"]["words_with_fewer_candidates"] >= 0
+    train = load_data(get_task("sst2"), "train", glue_dir, 12)
+    changed = 0
+    for row in _rows(tmp_path / "on"):
+        before = re.findall(r"\w+|[^\w\s]", train.examples[row["row"]].texts[0])
+        after = re.findall(r"\w+|[^\w\s]", row["texts"][0])
+        assert len(before) == len(after)
+        for a, b in zip(before, after):
+            if a != b:
+                changed += 1
+                assert a.lower() not in STOP_WORDS and same_form(a, b), (a, b)
+    assert changed > 0
 
 
 def test_cli_distill_trains_on_an_augment_folder(teacher, glue_dir, tmp_path, cache):

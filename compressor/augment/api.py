@@ -86,8 +86,9 @@ def augment_rows(dataset: Dataset, candidates, config: AugmentConfig, exclude: S
         part = sentences[start:start + chunk]
         found.update(zip(part, candidates(part, [spans[t] for t in part])))
     bare = {t: sum(1 for words in found[t] if not words) for t in sentences}
+    short = {t: sum(1 for words in found[t] if 0 < len(words) < config.candidates) for t in sentences}
     rows, made_from = [], []
-    words = replaced = dropped = without = 0
+    words = replaced = dropped = without = fewer = 0
     for i in sources:
         ex = dataset.examples[i]
         for copy in range(config.copies):
@@ -97,6 +98,7 @@ def augment_rows(dataset: Dataset, candidates, config: AugmentConfig, exclude: S
                                       _rng(config.seed, copy, text))
                 texts.append(new)
                 words, replaced, without = words + len(spans[text]), replaced + n, without + bare[text]
+                fewer += short[text]
             if any(t in banned for t in texts):
                 dropped += 1
                 continue
@@ -106,7 +108,7 @@ def augment_rows(dataset: Dataset, candidates, config: AugmentConfig, exclude: S
         "source_rows": len(dataset), "augmented_from": len(sources),
         "skipped_rows": len(dataset) - len(sources), "dropped_copies": dropped, "rows": len(rows),
         "words": words, "replaced": replaced, "replaced_share": round(replaced / words, 4) if words else 0.0,
-        "words_without_candidates": without}
+        "words_without_candidates": without, "words_with_fewer_candidates": fewer}
 
 
 def digest(teacher_path: str, train_set: Dataset, config: AugmentConfig, exclude: Sequence = ()) -> str:
@@ -143,11 +145,13 @@ def _candidates(config: AugmentConfig, teacher, tokenizer, teacher_path: str, wh
                                   "LM-head weights); give mlm_model a folder that has one, or use source "
                                   "embedding")
     if found is None:
-        neighbours = EmbeddingNeighbours(teacher, tokenizer, config.candidates, cache_dir=where)
+        neighbours = EmbeddingNeighbours(teacher, tokenizer, config.candidates, cache_dir=where,
+                                         keep_form=config.keep_form)
         return neighbours, "embedding", os.path.basename(neighbours.path or "") or neighbours.digest
     model, mlm_tokenizer = found
     return (MaskedLMCandidates(model, mlm_tokenizer, config.candidates, device,
-                               max(1, config.batch_size // 8), config.max_length), "mlm", "")
+                               max(1, config.batch_size // 8), config.max_length, keep_form=config.keep_form),
+            "mlm", "")
 
 
 def label_shares(train_set: Dataset, logits) -> dict:

@@ -9,10 +9,23 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from compressor.augment.forms import same_form
 from compressor.core.errors import CompressorError
 
 Span = Tuple[int, int]   # a word's [start, end) in its sentence
 _SPARE = 8               # neighbours kept beyond K, for those dropped as the word itself in another case
+_FORM_SPARE = 85         # with keep_form: K + 85 = 100 at K = 15, since the form filter drops most of them
+
+
+def depth(k: int, keep_form: bool = False) -> int:
+    """How many nearest words (or guesses) are looked at to find K candidates."""
+    return k + (_FORM_SPARE if keep_form else _SPARE)
+
+
+def _fits(word: str, candidate: str, picked: List[str], keep_form: bool) -> bool:
+    """Whether ``candidate`` may join ``picked``, the candidates of ``word`` so far."""
+    return (not _same_word(candidate, word) and candidate not in picked
+            and (not keep_form or same_form(word, candidate)))
 
 
 def _markers(vocab: Sequence[str]) -> Tuple[str, str]:
@@ -57,10 +70,12 @@ class EmbeddingNeighbours:
     pieces' rows lies next to its first piece ("heartwarming": heart, hearts, war), not next to
     words of its meaning. A vocabulary word's neighbours are found once, in batches as sentences ask for them, and
     kept in ``cache_dir`` (a file per table, named by the table's digest): a later run over the
-    same vocabulary and weights reads them, and finds only the words it has not seen."""
+    same vocabulary and weights reads them, and finds only the words it has not seen. With
+    ``keep_form`` a candidate must have the word's form and not its stem
+    (:mod:`compressor.augment.forms`), and more neighbours are kept to find K such words."""
 
-    def __init__(self, model, tokenizer, k: int, cache_dir: Optional[str] = None):
-        self.k = k
+    def __init__(self, model, tokenizer, k: int, cache_dir: Optional[str] = None, keep_form: bool = False):
+        self.k, self.keep_form, self.depth = k, keep_form, depth(k, keep_form)
         words = whole_words(tokenizer)
         weight = model.get_input_embeddings().weight.detach().float().cpu()
         words = {w: i for w, i in words.items() if i < weight.shape[0]}
@@ -68,6 +83,7 @@ class EmbeddingNeighbours:
             raise CompressorError(f"the vocabulary has {len(words)} whole words: too few for "
                                   f"{k} candidates each")
         self.words = list(words)
+        self.depth = min(self.depth, len(self.words) - 1)
         self.index = {w: n for n, w in enumerate(self.words)}
         self.table = torch.nn.functional.normalize(weight[list(words.values())], dim=-1)
         self.digest = self._digest()
@@ -78,7 +94,7 @@ class EmbeddingNeighbours:
         h = hashlib.sha256()
         h.update("\n".join(self.words).encode())
         h.update(self.table.numpy().tobytes())
-        h.update(str(self.k + _SPARE).encode())
+        h.update(str(self.depth).encode())
         return h.hexdigest()[:20]
 
     def _read(self) -> Dict[int, np.ndarray]:
@@ -89,7 +105,7 @@ class EmbeddingNeighbours:
                 words, top = kept["words"], kept["top"]
         except (OSError, ValueError, KeyError):
             return {}
-        if top.ndim != 2 or top.shape[1] != self.k + _SPARE:
+        if top.ndim != 2 or top.shape[1] != self.depth:
             return {}
         return {int(w): row for w, row in zip(words, top)}
 
@@ -104,7 +120,7 @@ class EmbeddingNeighbours:
                 part = torch.tensor(missing[start:start + 1024])
                 sim = self.table[part] @ self.table.T
                 sim[torch.arange(len(part)), part] = -float("inf")   # a word is not its own neighbour
-                top = sim.topk(self.k + _SPARE, dim=-1).indices.numpy().astype(np.int32)
+                top = sim.topk(self.depth, dim=-1).indices.numpy().astype(np.int32)
                 self.known.update(zip(part.tolist(), top))
         if self.path:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -120,7 +136,7 @@ class EmbeddingNeighbours:
         out = []
         for n in order:
             candidate = self.words[int(n)]
-            if not _same_word(candidate, word) and candidate not in out:
+            if _fits(word, candidate, out, self.keep_form):
                 out.append(candidate)
                 if len(out) == self.k:
                     break
@@ -167,10 +183,13 @@ def masked_lm(path: str):
 class MaskedLMCandidates:
     """TinyBERT's candidates: the word is masked and the masked language model's K likeliest
     whole words there are its candidates. A word of several pieces is masked by one mask too
-    (the paper takes GloVe neighbours for those; none ships offline)."""
+    (the paper takes GloVe neighbours for those; none ships offline). ``keep_form`` filters the
+    guesses as it does the embedding neighbours."""
 
-    def __init__(self, model, tokenizer, k: int, device, batch_size: int = 32, max_length: int = 128):
+    def __init__(self, model, tokenizer, k: int, device, batch_size: int = 32, max_length: int = 128,
+                 keep_form: bool = False):
         self.model, self.tokenizer, self.k = model.to(device), tokenizer, k
+        self.keep_form, self.depth = keep_form, depth(k, keep_form)
         self.device, self.batch_size, self.max_length = device, batch_size, max_length
         words = whole_words(tokenizer)
         self.allowed = torch.zeros(model.get_output_embeddings().weight.shape[0], dtype=torch.bool)
@@ -192,9 +211,9 @@ class MaskedLMCandidates:
                     continue
                 scores = logits[row, where[0, 0]].float().cpu().masked_fill(~self.allowed, -float("inf"))
                 picked = []
-                for index in scores.topk(self.k + _SPARE).indices.tolist():
+                for index in scores.topk(min(self.depth, int(self.allowed.sum()))).indices.tolist():
                     candidate = self.token_word[index]
-                    if not _same_word(candidate, word) and candidate not in picked:
+                    if _fits(word, candidate, picked, self.keep_form):
                         picked.append(candidate)
                     if len(picked) == self.k:
                         break

@@ -27,6 +27,7 @@ class AugmentConfig:
     replace_rate: float = setting(0.4, check=_probability)   # p: the chance that a word is replaced
     candidates: int = setting(15, check=positive)          # K: a replacement is one of this many words
     source: str = setting("auto", choices=SOURCES)         # where candidates come from: mlm (a masked LM's guesses in context), embedding (the nearest whole words in the teacher's embedding table), auto (mlm when the model has a masked-LM head)
+    keep_form: bool = False           # a candidate must have the word's form class (-ing, -ed, -s, -ly, -er, -est, base) and not its stem (no runs/running/ran for run): copies stay grammatical (CoLA); compressor.augment.forms has the rule
     mlm_model: str = ""               # a folder with a masked-LM head for the candidates; "" = the teacher
     max_length: int = setting(128, check=positive)         # the teacher labels rows cut to this many tokens: the distillation's max_length
     batch_size: int = setting(256, check=positive)         # rows per forward pass of the teacher
@@ -40,6 +41,8 @@ class AugmentConfig:
         check_fields(self)
 
     def digest_settings(self) -> dict:
-        """The settings the rows depend on (not where or how fast they are computed)."""
-        return {k: getattr(self, k) for k in ("copies", "replace_rate", "candidates", "source",
-                                              "max_length", "seed", "precision")}
+        """The settings the rows depend on (not where or how fast they are computed). ``keep_form``
+        only when on, so the sets made before it existed keep their digests."""
+        settings = {k: getattr(self, k) for k in ("copies", "replace_rate", "candidates", "source",
+                                                  "max_length", "seed", "precision")}
+        return {**settings, "keep_form": True} if self.keep_form else settings
