@@ -81,6 +81,11 @@ def _replace_rate(rate: float):
     return edit
 
 
+def _keep_form(doc: dict) -> None:
+    """Candidates of the word's own form class and not its stem (docs/augmentation.md)."""
+    _stage(doc, "augment")["keep_form"] = True
+
+
 def _no_augment(doc: dict) -> None:
     doc["stages"] = [s for s in doc["stages"] if "augment" not in s]
     _stage(doc, "distill").pop("augment", None)
@@ -143,6 +148,9 @@ VARIANTS = {
     "r01-i10-b256": ("chain-i10-b256 with a word replaced with probability 0.1 instead of 0.4 (CoLA's copies "
                      "stay nearer grammatical: most embedding neighbours are inflections of the word)",
                      [_replace_rate(0.1), _intermediate(10), _batch(256, 2.0)], "chain-i10-b256", "distill", None),
+    "form-i10-b256": ("chain-i10-b256 with keep_form: a candidate has the word's form and not its stem (CoLA's "
+                      "copies keep agreement: run loses runs, running, ran)",
+                      [_keep_form, _intermediate(10), _batch(256, 2.0)], "chain-i10-b256", "distill", None),
     "b256": ("the chain at batch 256, grouped by length, learning rates x2 (distillation and recovery)",
              [_batch(256, 2.0)], "chain", "distill", None),
     "noaug-i5": ("no augmentation, 5 + 3 epochs over the training rows", [_no_augment, _distill_only],
