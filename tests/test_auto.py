@@ -239,6 +239,65 @@ def test_token_pruned_layers_are_looked_up_at_fewer_tokens():
     assert seq_bucket(3) == 8 and seq_bucket(21) == 24
     assert layer_seqs(64, 3, 1.0) == [64, 64, 64]
     assert layer_seqs(64, 3, 0.5) == [64, 32, 16]
+    # from the length the table times and the check measures (13 tokens: 16), rounded up at each
+    # layer as token pruning keeps ceil(n x keep): 16, 13, 11, 9 tokens
+    assert layer_seqs(13, 4, 0.8) == [16, 16, 8, 8]
+    assert layer_seqs(10, 2, 0.8) == [8, 8]
+
+
+@pytest.mark.unit
+def test_token_pruning_adds_its_measured_cost_per_precision_and_length(tmp_path, monkeypatch):
+    """A token-pruned graph is the overhead and its layers plus token pruning's own cost: one
+    pruning point after each layer but the last, at the tokens that layer sees, and the graph's
+    cost once, kept per precision and length under the table's ``tokens`` key. A table written
+    before that key existed loads, and what it lacks is measured (here a stand-in measurement)."""
+    from conftest import tiny_config
+
+    from compressor.auto.latency import LatencyTable
+    from compressor.core.data import get_task
+    from compressor.core.io import write_json
+    from compressor.core.models import checkpoint_meta
+
+    teacher = str(tmp_path / "teacher")   # what the table reads of a teacher: its config and max length
+    config = tiny_config("bert")
+    config.num_labels = 2
+    config.save_pretrained(teacher)
+    write_json(os.path.join(teacher, "compressor.json"), checkpoint_meta(get_task("sst2"), 16, "test"))
+    table = LatencyTable(str(tmp_path / "table.json"), teacher, get_task("sst2"), None)
+    for seq, ms in ((16, 2.0), (8, 1.0)):
+        table.data["overhead"][table._overhead_key("fp32", seq)] = 10.0
+        table.data["layers"][table._layer_key("fp32", seq, 4, 64)] = ms
+    old = dict(table.data)
+    del old["tokens"]   # a table from before token pruning's cost was kept
+    json.dump(old, open(tmp_path / "table.json", "w"))
+
+    measured = []
+
+    def measure(self, precision, seqs):   # stands in for the timed graphs: 0.1 ms a point per 8 tokens
+        measured.append((precision, list(seqs)))
+        for seq in seqs:
+            self.data["tokens"][self._overhead_key(precision, seq)] = {"point": seq / 80, "graph": 0.5}
+
+    monkeypatch.setattr(LatencyTable, "_measure_tokens", measure)
+    table = LatencyTable(str(tmp_path / "table.json"), teacher, get_task("sst2"), None)
+    plain = table.predict([(4, 64)] * 3, "fp32", [16, 8, 8])
+    assert plain == pytest.approx(10.0 + 2.0 + 1.0 + 1.0) and measured == []
+    pruned = table.predict([(4, 64)] * 3, "fp32", [16, 8, 8], prunes_tokens=True)
+    # points after layers 1 and 2 (at 16 and 8 tokens), the graph's cost at the input's 16
+    assert pruned == pytest.approx(plain + 0.2 + 0.1 + 0.5)
+    assert measured == [("fp32", [8, 16])]
+    kept = json.load(open(tmp_path / "table.json"))["tokens"]
+    assert kept == {table._overhead_key("fp32", 16): {"point": 0.2, "graph": 0.5},
+                    table._overhead_key("fp32", 8): {"point": 0.1, "graph": 0.5}}
+    # kept: asked again (in another process too) nothing is measured
+    again = LatencyTable(str(tmp_path / "table.json"), teacher, get_task("sst2"), None)
+    assert again.predict([(4, 64)] * 3, "fp32", [16, 8, 8], prunes_tokens=True) == pruned and len(measured) == 1
+    # one layer drops no token: nothing added
+    assert again.predict([(4, 64)], "fp32", [16], prunes_tokens=True) == pytest.approx(12.0)
+    # another precision or length is an entry of its own, measured when first asked
+    assert again.token_cost("dynamic", 16) == {"point": 0.2, "graph": 0.5}
+    assert again.token_cost("fp32", 24)["point"] == pytest.approx(0.3)
+    assert measured[1:] == [("dynamic", [16]), ("fp32", [24])]
 
 
 def test_the_latency_table_measures_once_caches_and_predicts(searched, table_copy, glue_dir, monkeypatch):
@@ -286,6 +345,23 @@ def test_the_latency_table_measures_once_caches_and_predicts(searched, table_cop
     measured = check["measured_ms"]
     assert measured > 0 and check["error"] == round(abs(full - measured) / measured, 4)
     assert json.load(open(table_copy))["checks"][-1]["model"] == "teacher"
+
+    # token pruning's cost, measured into a table that has none (an old one) from random graphs of the
+    # teacher's shape, plain and with every pruning point, at two layers and three
+    data = json.load(open(table_copy))
+    del data["tokens"]
+    json.dump(data, open(table_copy, "w"))
+    old = LatencyTable(str(table_copy), searched.teacher, task, rows)
+    cost = old.token_cost("fp32", seq)
+    assert cost["point"] >= 0 and cost["graph"] >= 0
+    kept = json.load(open(table_copy))
+    assert kept["tokens"][fam] == cost
+    times = {(kind, n): kept["measured"][f"{fam}|{kind}|layers{n}"] for kind in ("plain", "tokens") for n in (2, 3)}
+    extra = {n: times[("tokens", n)] - times[("plain", n)] for n in (2, 3)}
+    assert cost["point"] == pytest.approx(max(extra[3] - extra[2], 0.0), abs=1e-3)
+    assert cost["graph"] == pytest.approx(max(extra[2] - cost["point"], 0.0), abs=1e-3)
+    assert old.predict([(4, 64)] * 2, "fp32", [seq, seq], prunes_tokens=True) == pytest.approx(
+        full + cost["point"] + cost["graph"], abs=1e-3)
 
     # a table of another machine is refused
     data = json.load(open(table_copy))
@@ -339,7 +415,7 @@ def test_mixed_int8_and_early_exit_candidates(searched, glue_dir, tmp_path):
     layer and each exit. The table is filled with figures set here (measuring is the table test's)."""
     from compressor.auto.candidate import build_candidate
     from compressor.auto.config import AutoConfig
-    from compressor.auto.latency import LatencyTable, seq_bucket
+    from compressor.auto.latency import LatencyTable, layer_seqs, seq_bucket
     from compressor.auto.study import predict_latency
     from compressor.core.data import data_for, get_task, holdout
     from compressor.export.runtime import is_segments
@@ -383,6 +459,19 @@ def test_mixed_int8_and_early_exit_candidates(searched, glue_dir, tmp_path):
     expected = 10 * cost[rest] + sum(share * cost[p] for share, p in zip(early["reach"], early["precisions"]))
     expected += early["reach"][0] * cost["fp32" if rest == "fp32" else "dynamic"] / 2   # the exit after layer 1
     assert ms == pytest.approx(expected, abs=1e-3)
+    assert not mixed["prunes_tokens"] and not early["prunes_tokens"]
+
+    # a token-pruned candidate tells the table so: its layers plus one pruning point and the graph's cost
+    tokens = {**point, "tokens": 0.5, "precision": "fp32"}
+    pruned = build_candidate(searched.teacher, task, train_set, held, tokens, str(tmp_path / "tokens"), 2, config)
+    assert pruned["prunes_tokens"]
+    seqs = layer_seqs(searched.seq, 2, 0.5)
+    for s in seqs:
+        table.data["layers"][table._layer_key("fp32", s, 4, 64)] = cost["fp32"]
+        table.data["overhead"][table._overhead_key("fp32", s)] = 10 * cost["fp32"]
+    table.data["tokens"][table._overhead_key("fp32", seqs[0])] = {"point": 0.25, "graph": 0.5}
+    assert predict_latency(table, pruned, tokens, searched.seq) == (
+        seqs, pytest.approx(10 * cost["fp32"] + 2 * cost["fp32"] + 0.25 + 0.5, abs=1e-3))
 
 
 @pytest.mark.e2e

@@ -96,7 +96,8 @@ def build_candidate(teacher: str, task, train_set, held, params: dict, work: str
     """Build the candidate of ``params`` from ``teacher`` under ``work``; return its figures:
     ``score`` (held-out), ``folder`` (the ONNX export), ``layers`` [(heads, ffn)], each layer's
     precision and the share of rows that compute it (``reach``, below 1 after an exit),
-    ``size_bytes``, the score after each step and the resolved recipe ``stages``. A score below
+    ``prunes_tokens`` (the graph drops tokens between its layers: the latency table adds what
+    that costs), ``size_bytes``, the score after each step and the resolved recipe ``stages``. A score below
     ``floor`` after the PyTorch steps raises ProxyTooLow."""
     from compressor.core.loaders import read_meta
     from compressor.core.metrics import task_score
@@ -184,7 +185,8 @@ def build_candidate(teacher: str, task, train_set, held, params: dict, work: str
         reach = _reach(exits["histogram"], len(layers))
     return {"folder": current, "score": scores[-1]["score"], "steps": scores, "layers": layers,
             "precisions": precisions, "overhead_precision": rest, "fp32_units": fp32_units,
-            "reach": reach, "exits": exits, "size_bytes": size_on_disk(current), "stages": stages}
+            "reach": reach, "exits": exits, "prunes_tokens": any("token_prune" in s for s in stages),
+            "size_bytes": size_on_disk(current), "stages": stages}
 
 
 def _sensitive_units(folder: str, k: int, held, train_set, work: str, log) -> tuple:

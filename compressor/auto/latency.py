@@ -8,10 +8,15 @@ benchmark harness, every model in a process of its own (``compressor.bench.harne
 models of the teacher's family with one layer of the shape (and, per precision and length,
 one layer and the teacher's depth of the teacher's own shape, whose slope is a layer and whose
 rest is the overhead), exported and quantised through the toolkit's own calls, timed at batch 1 on
-sentences of exactly that many tokens. The table is a JSON file per CPU fingerprint (the
-processor, its flags, the core count, onnxruntime's version, the threads), shared by every
-search on this machine and by processes working at once (a file lock); the whole-model checks
-that measure a few candidates beside their prediction are kept in it with their error.
+sentences of exactly that many tokens. A token-pruned graph costs more than its layers at the
+tokens they see: at every pruning point the importance, the TopK and the gathers of the hidden
+states and the mask, and once per graph what it loses besides (the embeddings' and attention's
+fusions, which onnxruntime's optimizer cannot apply to it). Both are measured per precision and
+length, as an exit's cost is (:meth:`LatencyTable.token_cost`). The table is a JSON file per
+CPU fingerprint (the processor, its flags, the core count, onnxruntime's version, the threads),
+shared by every search on this machine and by processes working at once (a file lock); the
+whole-model checks that measure a few candidates beside their prediction are kept in it with
+their error.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import copy
 import fcntl
 import hashlib
 import json
+import math
 import os
 import tempfile
 from contextlib import contextmanager
@@ -28,6 +34,9 @@ from compressor.core.errors import CompressorError
 from compressor.core.io import read_json, write_json
 
 SEQ_STEP = 8   # lengths are measured at multiples of this many tokens
+# a keep share that drops no token at any length below 4096 (ceil(n * keep) == n), so a graph
+# with every pruning point's operators computes its layers on as many tokens as a plain one
+KEEP_EVERY_TOKEN = 1.0 - 2.0 ** -12
 
 
 def seq_bucket(tokens: float) -> int:
@@ -96,7 +105,7 @@ class LatencyTable:
                                       f"({data.get('machine_key')}, this one is {self.key}); give another path")
             return data
         return {"machine_key": self.key, "machine": self.machine, "layers": {}, "overhead": {},
-                "exits": {}, "measured": {}, "checks": []}
+                "exits": {}, "tokens": {}, "measured": {}, "checks": []}
 
     @contextmanager
     def _locked(self):
@@ -117,12 +126,16 @@ class LatencyTable:
 
     # -- predicting ----------------------------------------------------------------
     def predict(self, layers: Sequence[Tuple[int, int]], precision, seqs: Sequence[int],
-                overhead_precision: Optional[str] = None, reach: Optional[Sequence[float]] = None) -> float:
+                overhead_precision: Optional[str] = None, reach: Optional[Sequence[float]] = None,
+                prunes_tokens: bool = False) -> float:
         """p50 ms of a model whose layer ``i`` keeps ``layers[i] = (heads, ffn)`` and sees
         ``seqs[i]`` tokens, at ``precision`` (fp32, dynamic, static; or one per layer, as a mixed
         graph keeps some layers FP32; the rest of the model at ``overhead_precision``, default the
         first layer's). ``reach[i]``: the share of rows that compute layer ``i`` (early exit: the
-        rest left before it), 1 for all by default. Measures what the table lacks."""
+        rest left before it), 1 for all by default. ``prunes_tokens``: the graph drops tokens after
+        every layer but the last (token pruning), which adds :meth:`token_cost`'s point cost after
+        each of those layers, at the tokens it sees, and its graph cost once. Measures what the
+        table lacks."""
         seqs = [seq_bucket(s) for s in seqs]
         precisions = [precision] * len(layers) if isinstance(precision, str) else list(precision)
         rest = overhead_precision or precisions[0]
@@ -133,7 +146,85 @@ class LatencyTable:
             total += share * self.data["layers"][self._layer_key(p, s, h, f)]
         if reach is not None:   # an exit after every layer but the last, asked by the rows that got there
             total += sum(reach[:-1]) * self.exit_cost(rest, seqs[0])
+        if prunes_tokens and len(layers) > 1:
+            self._ensure_tokens({(rest, s) for s in seqs[:-1]})
+            total += self.token_cost(rest, seqs[0])["graph"]
+            total += sum(self.token_cost(rest, s)["point"] for s in seqs[:-1])
         return round(total, 4)
+
+    def token_cost(self, precision: str, seq: int) -> dict:
+        """What token pruning adds to a graph at ``precision`` and ``seq`` tokens, measured once:
+        ``point``, one pruning point (the importance from the attention probabilities, the TopK,
+        the gathers of the hidden states and the mask, and its layer run unfused), and ``graph``,
+        once per graph (what else it loses: the embeddings' fusion, the last layer's attention
+        fusion). Both not below 0."""
+        key = self._overhead_key(precision, seq_bucket(seq))
+        self._ensure_tokens({(precision, seq_bucket(seq))})
+        return self.data["tokens"][key]
+
+    def _ensure_tokens(self, needs: Iterable[Tuple[str, int]]) -> None:
+        """Measure the token costs of every ``(precision, seq)`` not in the table (a table written
+        before they were kept has none: they are measured as they are asked)."""
+        def missing():
+            return sorted(n for n in set(needs) if self._overhead_key(*n) not in self.data.setdefault("tokens", {}))
+
+        if not missing():
+            return
+        with self._locked():
+            todo = missing()
+            for precision in sorted({p for p, _ in todo}):
+                self._measure_tokens(precision, sorted({s for p, s in todo if p == precision}))
+            write_json(self.path, self.data)
+
+    def _measure_tokens(self, precision: str, seqs: List[int]) -> None:
+        """Random models of the teacher's shape at two layers and at the teacher's depth (three at
+        least), each plain and token-pruned with a keep share that drops nothing (every pruning
+        point's operators, the layers on as many tokens as the plain graph's), timed together at
+        each length: the extra time's slope over the layers is a pruning point, the rest the
+        graph's own cost. The graphs take any length: they are exported once for all ``seqs``."""
+        counts = (2, max(3, self.span))
+        self.log(f"latency table: measuring token pruning's cost at {'/'.join(map(str, seqs))} tokens, "
+                 f"{precision}, {self.threads} thread(s)")
+        with tempfile.TemporaryDirectory(prefix=".auto-latency-") as work:
+            models = {}
+            for count in counts:
+                models[("plain", count)] = self._as_precision(work, self._block_export(work, *self.full, count),
+                                                              precision)
+                models[("tokens", count)] = self._as_precision(work, self._token_export(work, count), precision)
+            times = {seq: self._time(models, seq) for seq in seqs}
+        low, high = counts
+        for seq, t in times.items():
+            extra = {n: t[("tokens", n)] - t[("plain", n)] for n in counts}
+            # low layers hold low - 1 pruning points, high layers high - 1
+            point = max((extra[high] - extra[low]) / (high - low), 0.0)
+            graph = max(extra[low] - (low - 1) * point, 0.0)
+            self.data.setdefault("tokens", {})[self._overhead_key(precision, seq)] = {
+                "point": round(point, 4), "graph": round(graph, 4)}
+            for (kind, n), ms in t.items():
+                self.data["measured"][f"{self.family}|{precision}|s{seq}|{kind}|layers{n}"] = round(ms, 4)
+
+    def _token_export(self, work: str, count: int) -> str:
+        """A random model of the teacher's family, ``count`` layers of its shape, that runs every
+        pruning point but drops no token (token_prune by ratio, ``KEEP_EVERY_TOKEN``), exported."""
+        from compressor.core.arch import arch_of
+        from compressor.core.models import checkpoint_meta, load_tokenizer, save_checkpoint
+        from compressor.core.shapes import build_model
+        from compressor.export.onnx import export_onnx
+        from compressor.tokens import prune_tokens
+
+        config = copy.deepcopy(self.config)
+        setattr(config, arch_of(config).num_layers_key, count)
+        heads, ffn = self.full
+        # eager attention: the pruning points read the layers' attention probabilities
+        model = build_model(config, {"layers": count, "heads": [heads] * count, "ffn": [ffn] * count},
+                            attn_implementation="eager").eval()
+        tokenizer = load_tokenizer(self.teacher)
+        pruned = prune_tokens(model, {"by": "ratio", "keep": KEEP_EVERY_TOKEN, "learn": False}, tokenizer).eval()
+        checkpoint = os.path.join(work, f"tokens-l{count}")
+        save_checkpoint(pruned, tokenizer, checkpoint, checkpoint_meta(self.task, self.max_length, "auto:latency"))
+        out = checkpoint + "-onnx"
+        export_onnx(checkpoint, out, parity=False)
+        return out
 
     def exit_cost(self, precision: str, seq: int) -> float:
         """What one exit costs a row that reaches it (its head, the rule, the next segment's call),
@@ -307,8 +398,14 @@ def gpu_providers() -> List[str]:
 
 
 def layer_seqs(seq: int, layers: int, keep: float) -> List[int]:
-    """Tokens each layer sees when every layer but the last passes on ``keep`` of its tokens."""
-    return [seq_bucket(seq * keep ** i) for i in range(layers)]
+    """The length each layer is looked up at when every layer but the last passes on ``keep`` of
+    its tokens, from ``seq`` tokens in. The count starts at ``seq``'s bucket, the length the table
+    times and a model is checked at, and is rounded up at each layer as token pruning rounds it."""
+    seqs, count = [], seq_bucket(seq)
+    for _ in range(layers):
+        seqs.append(seq_bucket(count))
+        count = math.ceil(count * keep - 1e-9)   # (a product like 10 x 0.8 is 8, not a hair above)
+    return seqs
 
 
 def default_table(config, teacher: str, task, rows, log=None) -> "LatencyTable":

@@ -296,11 +296,13 @@ def search_context(state: dict, config: AutoConfig, log: Callable) -> tuple:
 
 def predict_latency(table, cand: dict, params: dict, seq_len: int) -> tuple:
     """(tokens each layer sees, predicted p50 ms) of a built candidate: each layer at its precision
-    (a mixed graph's FP32 units at FP32), weighted by the share of rows that reach it (early exit)."""
+    (a mixed graph's FP32 units at FP32), weighted by the share of rows that reach it (early exit),
+    plus what dropping tokens costs the graph where the candidate prunes tokens."""
     from compressor.auto.latency import layer_seqs
 
     seqs = layer_seqs(seq_len, len(cand["layers"]), params["tokens"])
-    return seqs, table.predict(cand["layers"], cand["precisions"], seqs, cand["overhead_precision"], cand["reach"])
+    return seqs, table.predict(cand["layers"], cand["precisions"], seqs, cand["overhead_precision"], cand["reach"],
+                               prunes_tokens=cand.get("prunes_tokens", False))
 
 
 def suggest(trial, config: AutoConfig, teacher_layers: int) -> dict:
