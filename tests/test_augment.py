@@ -22,6 +22,16 @@ def _rows(folder):
         return [json.loads(line) for line in f]
 
 
+def _swapped_words(train, folder):
+    """``(before, after)`` for every word a copy in ``folder`` changed in its training row's first text
+    (copies keep the row's words and punctuation in place)."""
+    for row in _rows(folder):
+        before = re.findall(r"\w+|[^\w\s]", train.examples[row["row"]].texts[0])
+        after = re.findall(r"\w+|[^\w\s]", row["texts"][0])
+        assert len(before) == len(after)
+        yield from ((a, b) for a, b in zip(before, after) if a != b)
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     """One neighbour table for the module's runs (all share the tiny teacher's embeddings)."""
@@ -145,15 +155,10 @@ def test_only_words_change_and_stop_words_stay(teacher, glue_dir, tmp_path, cach
     augment(teacher, str(tmp_path / "a"), {"copies": 4, "cache": cache}, data_dir=glue_dir, train_limit=40)
     train = load_data(get_task("sst2"), "train", glue_dir, 40)
     changed = 0
-    for row in _rows(tmp_path / "a"):
-        before = re.findall(r"\w+|[^\w\s]", train.examples[row["row"]].texts[0])
-        after = re.findall(r"\w+|[^\w\s]", row["texts"][0])
-        assert len(before) == len(after)
-        for a, b in zip(before, after):
-            if a != b:
-                changed += 1
-                assert a.isalpha() and len(a) > 1 and a.lower() not in STOP_WORDS, (a, b)
-                assert b.isalpha()
+    for a, b in _swapped_words(train, tmp_path / "a"):
+        changed += 1
+        assert a.isalpha() and len(a) > 1 and a.lower() not in STOP_WORDS, (a, b)
+        assert b.isalpha()
     assert changed > 0
 
 
@@ -346,14 +351,9 @@ def test_cli_keep_form_changes_the_digest_and_substitutes_only_same_form_words(t
     assert records["on"]["words_with_fewer_candidates"] >= 0
     train = load_data(get_task("sst2"), "train", glue_dir, 12)
     changed = 0
-    for row in _rows(tmp_path / "on"):
-        before = re.findall(r"\w+|[^\w\s]", train.examples[row["row"]].texts[0])
-        after = re.findall(r"\w+|[^\w\s]", row["texts"][0])
-        assert len(before) == len(after)
-        for a, b in zip(before, after):
-            if a != b:
-                changed += 1
-                assert a.lower() not in STOP_WORDS and same_form(a, b), (a, b)
+    for a, b in _swapped_words(train, tmp_path / "on"):
+        changed += 1
+        assert a.lower() not in STOP_WORDS and same_form(a, b), (a, b)
     assert changed > 0
 
 
