@@ -5,7 +5,7 @@ that shape (heads, FFN width) costs at that precision and sequence length (a tok
 layer sees fewer tokens), plus the model's overhead (embeddings, pooler, classifier, the
 runtime's own cost) at that precision. Each entry is measured once on this machine by the
 benchmark harness, every model in a process of its own (``compressor.bench.harness``): random
-models of the teacher's family with one layer of the shape (and, per precision and length,
+models of the teacher's family with the teacher's depth of the shape (and, per precision and length,
 one layer and the teacher's depth of the teacher's own shape, whose slope is a layer and whose
 rest is the overhead), exported and quantised through the toolkit's own calls, timed at batch 1 on
 sentences of exactly that many tokens. A token-pruned graph costs more than its layers at the
@@ -91,7 +91,9 @@ class LatencyTable:
         # depth: a difference over many layers, not one, so one timing's noise is spread thin
         self.span = max(2, int(getattr(self.config, spec.num_layers_key, 2) or 2))
         self.max_length = read_meta(teacher).get("max_length", 128)
-        self.family = (f"{self.config.model_type}|d{spec.hidden_size(self.config)}|"
+        # "v2": shapes timed at the teacher's depth (v1 tables timed a shape as one layer; their
+        # entries are not used and are measured again)
+        self.family = (f"v2|{self.config.model_type}|d{spec.hidden_size(self.config)}|"
                        f"a{self.full[0]}|n{getattr(self.config, 'num_labels', 2)}|L{self.max_length}")
         self.key, self.machine = machine_key(target, threads)
         self.data = self._read()
@@ -296,7 +298,9 @@ class LatencyTable:
         with tempfile.TemporaryDirectory(prefix=".auto-latency-") as work:
             models = {}
             for heads, ffn in shapes:
-                counts = (1, self.span) if fresh and (heads, ffn) == self.full else (1,)
+                # every shape at the teacher's depth: one layer's weights stay in the cache, a deep
+                # model's do not, so a shape timed as one layer was priced too cheap in deep models
+                counts = (1, self.span) if fresh and (heads, ffn) == self.full else (self.span,)
                 for count in counts:
                     fp32 = self._block_export(work, heads, ffn, count)
                     for precision in precisions:
@@ -309,8 +313,10 @@ class LatencyTable:
                 self.data["overhead"][self._overhead_key(precision, seq)] = round(max(one - layer, 0.0), 4)
             overhead = self.data["overhead"][self._overhead_key(precision, seq)]
             for heads, ffn in shapes:
-                t = times[(precision, heads, ffn, 1)]
-                value = layer if fresh and (heads, ffn) == self.full else max(t - overhead, 1e-4)
+                if fresh and (heads, ffn) == self.full:
+                    value = layer
+                else:   # the shape's share of a model of the teacher's depth, the overhead taken out
+                    value = max((times[(precision, heads, ffn, self.span)] - overhead) / self.span, 1e-4)
                 self.data["layers"][self._layer_key(precision, seq, heads, ffn)] = round(value, 4)
         for k, t in times.items():
             self.data["measured"][f"{self.family}|{k[0]}|s{seq}|h{k[1]}|f{k[2]}|layers{k[3]}"] = round(t, 4)
