@@ -75,7 +75,7 @@ class EmbeddingNeighbours:
     (:mod:`compressor.augment.forms`), and more neighbours are kept to find K such words."""
 
     def __init__(self, model, tokenizer, k: int, cache_dir: Optional[str] = None, keep_form: bool = False):
-        self.k, self.keep_form, self.depth = k, keep_form, depth(k, keep_form)
+        self.k, self.keep_form = k, keep_form
         words = whole_words(tokenizer)
         weight = model.get_input_embeddings().weight.detach().float().cpu()
         words = {w: i for w, i in words.items() if i < weight.shape[0]}
@@ -83,7 +83,7 @@ class EmbeddingNeighbours:
             raise CompressorError(f"the vocabulary has {len(words)} whole words: too few for "
                                   f"{k} candidates each")
         self.words = list(words)
-        self.depth = min(self.depth, len(self.words) - 1)
+        self.depth = min(depth(k, keep_form), len(self.words) - 1)   # nearest words looked at
         self.index = {w: n for n, w in enumerate(self.words)}
         self.table = torch.nn.functional.normalize(weight[list(words.values())], dim=-1)
         self.digest = self._digest()

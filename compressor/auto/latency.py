@@ -28,7 +28,7 @@ import math
 import os
 import tempfile
 from contextlib import contextmanager
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from compressor.core.errors import CompressorError
 from compressor.core.io import read_json, write_json
@@ -109,6 +109,17 @@ class LatencyTable:
         return {"machine_key": self.key, "machine": self.machine, "layers": {}, "overhead": {},
                 "exits": {}, "tokens": {}, "measured": {}, "checks": []}
 
+    def _fill(self, missing: Callable[[], list], measure: Callable[[list], None]) -> None:
+        """Measure what ``missing()`` lists and keep it in the file; ``missing`` is asked again under
+        the file lock, since another process may have measured it meanwhile."""
+        if not missing():
+            return
+        with self._locked():
+            todo = missing()
+            if todo:
+                measure(todo)
+                write_json(self.path, self.data)
+
     @contextmanager
     def _locked(self):
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
@@ -170,13 +181,11 @@ class LatencyTable:
         def missing():
             return sorted(n for n in set(needs) if self._overhead_key(*n) not in self.data.setdefault("tokens", {}))
 
-        if not missing():
-            return
-        with self._locked():
-            todo = missing()
+        def measure(todo):
             for precision in sorted({p for p, _ in todo}):
                 self._measure_tokens(precision, sorted({s for p, s in todo if p == precision}))
-            write_json(self.path, self.data)
+
+        self._fill(missing, measure)
 
     def _measure_tokens(self, precision: str, seqs: List[int]) -> None:
         """Random models of the teacher's shape at two layers and at the teacher's depth (three at
@@ -208,36 +217,25 @@ class LatencyTable:
     def _token_export(self, work: str, count: int) -> str:
         """A random model of the teacher's family, ``count`` layers of its shape, that runs every
         pruning point but drops no token (token_prune by ratio, ``KEEP_EVERY_TOKEN``), exported."""
-        from compressor.core.arch import arch_of
-        from compressor.core.models import checkpoint_meta, load_tokenizer, save_checkpoint
-        from compressor.core.shapes import build_model
         from compressor.export.onnx import export_onnx
         from compressor.tokens import prune_tokens
 
-        config = copy.deepcopy(self.config)
-        setattr(config, arch_of(config).num_layers_key, count)
-        heads, ffn = self.full
+        def pruned(model, tokenizer):
+            return prune_tokens(model, {"by": "ratio", "keep": KEEP_EVERY_TOKEN, "learn": False}, tokenizer).eval()
+
         # eager attention: the pruning points read the layers' attention probabilities
-        model = build_model(config, {"layers": count, "heads": [heads] * count, "ffn": [ffn] * count},
-                            attn_implementation="eager").eval()
-        tokenizer = load_tokenizer(self.teacher)
-        pruned = prune_tokens(model, {"by": "ratio", "keep": KEEP_EVERY_TOKEN, "learn": False}, tokenizer).eval()
-        checkpoint = os.path.join(work, f"tokens-l{count}")
-        save_checkpoint(pruned, tokenizer, checkpoint, checkpoint_meta(self.task, self.max_length, "auto:latency"))
-        out = checkpoint + "-onnx"
-        export_onnx(checkpoint, out, parity=False)
-        return out
+        checkpoint = self._random_checkpoint(work, f"tokens-l{count}", *self.full, count, wrap=pruned,
+                                             attn_implementation="eager")
+        export_onnx(checkpoint, checkpoint + "-onnx", parity=False)
+        return checkpoint + "-onnx"
 
     def exit_cost(self, precision: str, seq: int) -> float:
         """What one exit costs a row that reaches it (its head, the rule, the next segment's call),
         at ``precision`` (fp32 or INT8: the segments' precision) and ``seq`` tokens; measured once."""
         precision = "fp32" if precision == "fp32" else "dynamic"
         key = self._overhead_key(precision, seq_bucket(seq))
-        if key not in self.data.setdefault("exits", {}):
-            with self._locked():
-                if key not in self.data.setdefault("exits", {}):
-                    self._measure_exit(precision, seq_bucket(seq))
-                    write_json(self.path, self.data)
+        self._fill(lambda: [key] if key not in self.data.setdefault("exits", {}) else [],
+                   lambda todo: self._measure_exit(precision, seq_bucket(seq)))
         return self.data["exits"][key]
 
     def _measure_exit(self, precision: str, seq: int) -> None:
@@ -253,21 +251,13 @@ class LatencyTable:
         self.data["measured"][f"{self.family}|{precision}|s{seq}|exit"] = round(times["exit"], 4)
 
     def _exit_export(self, work: str, precision: str) -> str:
-        from compressor.core.arch import arch_of
-        from compressor.core.models import checkpoint_meta, load_tokenizer, save_checkpoint
-        from compressor.core.shapes import build_model
         from compressor.core.settings import config_from_dict
         from compressor.exit import EarlyExitModel, ExitExportConfig, export_segments
         from compressor.exit.rules import never_exits
 
-        config = copy.deepcopy(self.config)
-        setattr(config, arch_of(config).num_layers_key, 2)
-        heads, ffn = self.full
-        net = EarlyExitModel(build_model(config, {"layers": 2, "heads": [heads] * 2, "ffn": [ffn] * 2}).eval(),
-                             None, rule="entropy", threshold=never_exits("entropy", 2))
-        checkpoint = os.path.join(work, "exit-l2")
-        save_checkpoint(net, load_tokenizer(self.teacher), checkpoint,
-                        checkpoint_meta(self.task, self.max_length, "auto:latency"))
+        checkpoint = self._random_checkpoint(
+            work, "exit-l2", *self.full, 2,
+            wrap=lambda model, _: EarlyExitModel(model, None, rule="entropy", threshold=never_exits("entropy", 2)))
         out = os.path.join(work, f"exit-l2-{precision}-onnx")
         export_segments(checkpoint, out, config_from_dict(ExitExportConfig, {
             "int8": precision != "fp32", "preset": "avx2", "parity": False}, what="early_exit_export"))
@@ -279,13 +269,11 @@ class LatencyTable:
             return sorted(n for n in set(needs) if self._layer_key(*n) not in self.data["layers"]
                           or self._overhead_key(n[0], n[1]) not in self.data["overhead"])
 
-        if not missing():
-            return
-        with self._locked():    # another process may have measured them meanwhile
-            todo = missing()
+        def measure(todo):
             for seq in sorted({n[1] for n in todo}):
                 self._measure(seq, [n for n in todo if n[1] == seq])
-            write_json(self.path, self.data)
+
+        self._fill(missing, measure)
 
     def _measure(self, seq: int, needs: List[Tuple[str, int, int, int]]) -> None:
         precisions = sorted({n[0] for n in needs})
@@ -321,23 +309,31 @@ class LatencyTable:
         for k, t in times.items():
             self.data["measured"][f"{self.family}|{k[0]}|s{seq}|h{k[1]}|f{k[2]}|layers{k[3]}"] = round(t, 4)
 
-    def _block_export(self, work: str, heads: int, ffn: int, count: int) -> str:
-        """A random model of the teacher's family with ``count`` layers of ``(heads, ffn)``, exported."""
+    def _random_checkpoint(self, work: str, name: str, heads: int, ffn: int, count: int, wrap=None,
+                           **build) -> str:
+        """``work/name``: a random model of the teacher's family with ``count`` layers of ``(heads,
+        ffn)`` (``build``: build_model's options), ``wrap(model, tokenizer)`` around it if given, saved."""
         from compressor.core.arch import arch_of
         from compressor.core.models import checkpoint_meta, load_tokenizer, save_checkpoint
         from compressor.core.shapes import build_model
-        from compressor.export.onnx import export_onnx
 
         config = copy.deepcopy(self.config)
         setattr(config, arch_of(config).num_layers_key, count)
-        model = build_model(config, {"layers": count, "heads": [heads] * count, "ffn": [ffn] * count}).eval()
-        name = f"h{heads}-f{ffn}-l{count}"
+        model = build_model(config, {"layers": count, "heads": [heads] * count, "ffn": [ffn] * count}, **build).eval()
+        tokenizer = load_tokenizer(self.teacher)
+        if wrap is not None:
+            model = wrap(model, tokenizer)
         checkpoint = os.path.join(work, name)
-        save_checkpoint(model, load_tokenizer(self.teacher), checkpoint,
-                        checkpoint_meta(self.task, self.max_length, "auto:latency"))
-        out = os.path.join(work, name + "-onnx")
-        export_onnx(checkpoint, out, parity=False)
-        return out
+        save_checkpoint(model, tokenizer, checkpoint, checkpoint_meta(self.task, self.max_length, "auto:latency"))
+        return checkpoint
+
+    def _block_export(self, work: str, heads: int, ffn: int, count: int) -> str:
+        """A random model of the teacher's family with ``count`` layers of ``(heads, ffn)``, exported."""
+        from compressor.export.onnx import export_onnx
+
+        checkpoint = self._random_checkpoint(work, f"h{heads}-f{ffn}-l{count}", heads, ffn, count)
+        export_onnx(checkpoint, checkpoint + "-onnx", parity=False)
+        return checkpoint + "-onnx"
 
     def _as_precision(self, work: str, fp32: str, precision: str) -> str:
         if precision == "fp32":
