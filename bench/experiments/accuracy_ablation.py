@@ -75,6 +75,13 @@ def _task_loss(weight: float):
     return edit
 
 
+def _recover_task(weight: float):
+    """The training rows' labels beside the soft targets in the prune stage's recovery too."""
+    def edit(doc):
+        _stage(doc, "prune")["recover"]["losses"]["task"] = weight
+    return edit
+
+
 def _replace_rate(rate: float):
     def edit(doc):
         _stage(doc, "augment")["replace_rate"] = rate
@@ -153,6 +160,9 @@ VARIANTS = {
                       [_keep_form, _intermediate(10), _batch(256, 2.0)], "chain-i10-b256", "distill", None),
     "b256": ("the chain at batch 256, grouped by length, learning rates x2 (distillation and recovery)",
              [_batch(256, 2.0)], "chain", "distill", None),
+    "task2-b256": ("b256 with the training rows' labels beside the soft targets in the distillation's prediction "
+                   "phase and in the prune stage's recovery (task loss 1 in both)",
+                   [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0)], "b256", "distill", None),
     "noaug-i5": ("no augmentation, 5 + 3 epochs over the training rows", [_no_augment, _distill_only],
                  "c20-i5|chain", "distill", None),
     "no-intermediate": ("20 copies, no intermediate stage: soft targets for 3 epochs",
