@@ -106,6 +106,23 @@ def _prune_steps(steps: int):
     return edit
 
 
+def _redistill(doc: dict) -> None:
+    """After pruning (no recovery of its own), the pruned student goes through the distillation's
+    whole schedule again: its intermediate phase (hidden states and embeddings; the attention
+    scores are left out, the heads no longer match the teacher's) and its prediction phase, with the
+    labels, over the training rows and the copies."""
+    distill = _stage(doc, "distill")
+    prune = _stage(doc, "prune")
+    prune["recover"] = {"mode": "none"}
+    again = {k: v for k, v in distill.items() if k != "student"}
+    again["student"] = {"kind": "input"}
+    again["teacher"] = "recipe"
+    again["losses"] = {k: v for k, v in distill["losses"].items() if k != "attention"}
+    again["train"] = dict(distill["train"])
+    at = next(i for i, st in enumerate(doc["stages"]) if "prune" in st)
+    doc["stages"].insert(at + 1, {"distill": again})
+
+
 def _replace_rate(rate: float):
     def edit(doc):
         _stage(doc, "augment")["replace_rate"] = rate
@@ -201,6 +218,10 @@ VARIANTS = {
     "task2-iter2": ("task2-b256's student pruned in 2 steps (a quarter, then the next quarter), recovering after each",
                     [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _prune_steps(2)], "task2-b256", "prune",
                     ("task2-b256", "02-distill", True)),
+    "task2-redistill": ("task2-b256's student pruned without recovery, then distilled again with the whole "
+                        "schedule (5 + 3 epochs; hidden states, embeddings, soft targets and labels) into its new shape",
+                        [_batch(256, 2.0), _task_loss(1.0), _redistill], "task2-b256", "distill",
+                        ("task2-b256", "02-distill", True)),
     "noaug-i5": ("no augmentation, 5 + 3 epochs over the training rows", [_no_augment, _distill_only],
                  "c20-i5|chain", "distill", None),
     "no-intermediate": ("20 copies, no intermediate stage: soft targets for 3 epochs",
