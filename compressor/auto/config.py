@@ -128,6 +128,7 @@ class AutoConfig:
     recover_margin: float = setting(1.0, check=not_negative)  # recovered if within this many points of the front
     recover: RecoverSettings = field(default_factory=RecoverSettings)   # their recovery (prune's recover:)
     latency_table: str = ""                                # the table's JSON; "": one per CPU in ~/.cache/compressor
+    target_table: str = ""                                 # another machine's table, read only: nothing timed here
     max_length: int = setting(128, check=positive)         # the candidates' sequence length (the teacher's if it says)
     device: str = "cpu"                                    # where importance is measured
 
@@ -137,10 +138,14 @@ class AutoConfig:
     def check(self) -> None:
         check_fields(self)
         self.recover.check()
+        if self.target_table and self.latency_table:
+            raise CompressorError("auto: give --latency-table (this machine's table, measured as needed) or "
+                                  "--target-table (another machine's, read only), not both")
         if self.target == "gpu":
             from compressor.auto.latency import gpu_providers
 
-            gpu_providers()   # one line when this machine has no GPU onnxruntime can run on
+            if not self.target_table:   # the target's GPU is elsewhere: nothing is timed here
+                gpu_providers()   # one line when this machine has no GPU onnxruntime can run on
             cpu_only = [p for p in self.precisions if p != "fp32"]
             if cpu_only:
                 raise CompressorError(f"auto: --target gpu times FP32 graphs only (onnxruntime's INT8 kernels "

@@ -77,29 +77,51 @@ class LatencyTable:
     """
 
     def __init__(self, path: str, teacher: str, task, rows, threads: int = 1, target: str = "cpu",
-                 sentences: int = 30, log=None):
+                 sentences: int = 30, log=None, read_only: bool = False, hint: str = "",
+                 num_labels: Optional[int] = None, max_length: Optional[int] = None):
         from compressor.core.arch import arch_of
         from compressor.core.models import load_config, read_meta
 
         self.path, self.teacher, self.task, self.rows = path, teacher, task, rows
         self.threads, self.target, self.sentences = threads, target, sentences
         self.log = log or (lambda msg: None)
+        # read_only: a table measured on another machine (the target): predictions only, never a
+        # measurement here; an entry it lacks is an error that ends with ``hint`` (how to measure it)
+        self.read_only, self.hint = read_only, hint
         self.config = load_config(teacher)
+        if num_labels is not None:   # a model of the family that is not a task checkpoint
+            self.config.num_labels = num_labels
         spec = arch_of(self.config)
         self.full = (spec.num_heads(self.config), spec.ffn_size(self.config))
         # a layer of the teacher's shape is timed as the slope between one layer and the teacher's
         # depth: a difference over many layers, not one, so one timing's noise is spread thin
         self.span = max(2, int(getattr(self.config, spec.num_layers_key, 2) or 2))
-        self.max_length = read_meta(teacher).get("max_length", 128)
+        self.max_length = read_meta(teacher).get("max_length", max_length or 128)
         # "v2": shapes timed at the teacher's depth (v1 tables timed a shape as one layer; their
         # entries are not used and are measured again)
         self.family = (f"v2|{self.config.model_type}|d{spec.hidden_size(self.config)}|"
                        f"a{self.full[0]}|n{getattr(self.config, 'num_labels', 2)}|L{self.max_length}")
-        self.key, self.machine = machine_key(target, threads)
-        self.data = self._read()
+        if read_only:
+            self.data = self._read()
+            self.key, self.machine = self.data.get("machine_key"), self.data.get("machine") or {}
+            measured_at = (self.machine.get("target", "cpu"), self.machine.get("threads", 1))
+            if measured_at != (target, threads):
+                raise CompressorError(f"the target table {path} was measured for --target {measured_at[0]} at "
+                                      f"{measured_at[1]} thread(s); give --target {measured_at[0]} "
+                                      f"--threads {measured_at[1]}")
+        else:
+            self.key, self.machine = machine_key(target, threads)
+            self.data = self._read()
 
     # -- the file --------------------------------------------------------------
     def _read(self) -> dict:
+        if self.read_only:
+            if not os.path.isfile(self.path):
+                raise CompressorError(f"the target table {self.path} does not exist; {self._how()}")
+            data = read_json(self.path)
+            if not isinstance(data, dict) or "layers" not in data:
+                raise CompressorError(f"{self.path} is not a latency table (no layers)")
+            return data
         if os.path.exists(self.path):
             data = read_json(self.path)
             if data.get("machine_key") != self.key:
@@ -109,16 +131,25 @@ class LatencyTable:
         return {"machine_key": self.key, "machine": self.machine, "layers": {}, "overhead": {},
                 "exits": {}, "tokens": {}, "measured": {}, "checks": []}
 
-    def _fill(self, missing: Callable[[], list], measure: Callable[[list], None]) -> None:
+    def _fill(self, missing: Callable[[], list], measure: Callable[[list], None], kind: str = "layer") -> None:
         """Measure what ``missing()`` lists and keep it in the file; ``missing`` is asked again under
-        the file lock, since another process may have measured it meanwhile."""
-        if not missing():
+        the file lock, since another process may have measured it meanwhile. A read-only table
+        measures nothing: what it lacks is one error naming the first entry (``kind``) and the hint."""
+        lacking = missing()
+        if not lacking:
             return
+        if self.read_only:
+            more = f" (and {len(lacking) - 1} more)" if len(lacking) > 1 else ""
+            raise MissingEntry(f"the target table {self.path} lacks {describe_entry(kind, lacking[0])}{more}; "
+                               f"{self._how()}")
         with self._locked():
             todo = missing()
             if todo:
                 measure(todo)
                 write_json(self.path, self.data)
+
+    def _how(self) -> str:
+        return self.hint or "measure it on the target machine: compressor auto MODEL --measure-table"
 
     @contextmanager
     def _locked(self):
@@ -160,7 +191,7 @@ class LatencyTable:
         if reach is not None:   # an exit after every layer but the last, asked by the rows that got there
             total += sum(reach[:-1]) * self.exit_cost(rest, seqs[0])
         if prunes_tokens and len(layers) > 1:
-            self._ensure_tokens({(rest, s) for s in seqs[:-1]})
+            self.ensure_tokens({(rest, s) for s in seqs[:-1]})
             total += self.token_cost(rest, seqs[0])["graph"]
             total += sum(self.token_cost(rest, s)["point"] for s in seqs[:-1])
         return round(total, 4)
@@ -172,10 +203,10 @@ class LatencyTable:
         once per graph (what else it loses: the embeddings' fusion, the last layer's attention
         fusion). Both not below 0."""
         key = self._overhead_key(precision, seq_bucket(seq))
-        self._ensure_tokens({(precision, seq_bucket(seq))})
+        self.ensure_tokens({(precision, seq_bucket(seq))})
         return self.data["tokens"][key]
 
-    def _ensure_tokens(self, needs: Iterable[Tuple[str, int]]) -> None:
+    def ensure_tokens(self, needs: Iterable[Tuple[str, int]]) -> None:
         """Measure the token costs of every ``(precision, seq)`` not in the table (a table written
         before they were kept has none: they are measured as they are asked)."""
         def missing():
@@ -185,7 +216,7 @@ class LatencyTable:
             for precision in sorted({p for p, _ in todo}):
                 self._measure_tokens(precision, sorted({s for p, s in todo if p == precision}))
 
-        self._fill(missing, measure)
+        self._fill(missing, measure, "tokens")
 
     def _measure_tokens(self, precision: str, seqs: List[int]) -> None:
         """Random models of the teacher's shape at two layers and at the teacher's depth (three at
@@ -213,6 +244,7 @@ class LatencyTable:
                 "point": round(point, 4), "graph": round(graph, 4)}
             for (kind, n), ms in t.items():
                 self.data["measured"][f"{self.family}|{precision}|s{seq}|{kind}|layers{n}"] = round(ms, 4)
+        self._keep()
 
     def _token_export(self, work: str, count: int) -> str:
         """A random model of the teacher's family, ``count`` layers of its shape, that runs every
@@ -233,10 +265,19 @@ class LatencyTable:
         """What one exit costs a row that reaches it (its head, the rule, the next segment's call),
         at ``precision`` (fp32 or INT8: the segments' precision) and ``seq`` tokens; measured once."""
         precision = "fp32" if precision == "fp32" else "dynamic"
-        key = self._overhead_key(precision, seq_bucket(seq))
-        self._fill(lambda: [key] if key not in self.data.setdefault("exits", {}) else [],
-                   lambda todo: self._measure_exit(precision, seq_bucket(seq)))
-        return self.data["exits"][key]
+        self.ensure_exits({(precision, seq_bucket(seq))})
+        return self.data["exits"][self._overhead_key(precision, seq_bucket(seq))]
+
+    def ensure_exits(self, needs: Iterable[Tuple[str, int]]) -> None:
+        """Measure an exit's cost at every ``(precision, seq)`` (fp32 or dynamic) not in the table."""
+        def missing():
+            return sorted(n for n in set(needs) if self._overhead_key(*n) not in self.data.setdefault("exits", {}))
+
+        def measure(todo):
+            for precision, seq in todo:
+                self._measure_exit(precision, seq)
+
+        self._fill(missing, measure, "exit")
 
     def _measure_exit(self, precision: str, seq: int) -> None:
         """Two layers of the teacher's shape with an exit after the first that no row takes (every
@@ -249,6 +290,7 @@ class LatencyTable:
             times = self._time({"plain": plain, "exit": chained}, seq)
         self.data["exits"][self._overhead_key(precision, seq)] = round(max(times["exit"] - times["plain"], 0.0), 4)
         self.data["measured"][f"{self.family}|{precision}|s{seq}|exit"] = round(times["exit"], 4)
+        self._keep()
 
     def _exit_export(self, work: str, precision: str) -> str:
         from compressor.core.settings import config_from_dict
@@ -269,31 +311,42 @@ class LatencyTable:
             return sorted(n for n in set(needs) if self._layer_key(*n) not in self.data["layers"]
                           or self._overhead_key(n[0], n[1]) not in self.data["overhead"])
 
-        def measure(todo):
-            for seq in sorted({n[1] for n in todo}):
-                self._measure(seq, [n for n in todo if n[1] == seq])
+        self._fill(missing, self._measure)
 
-        self._fill(missing, measure)
-
-    def _measure(self, seq: int, needs: List[Tuple[str, int, int, int]]) -> None:
-        precisions = sorted({n[0] for n in needs})
-        # the teacher's shape at one layer and at its depth gives the overhead and a layer, once per
-        # precision and length
-        fresh = any(self._overhead_key(p, seq) not in self.data["overhead"] for p in precisions)
-        shapes = sorted({(n[2], n[3]) for n in needs} | ({self.full} if fresh else set()))
-        self.log(f"latency table: measuring {len(shapes)} layer shape(s) at {seq} tokens, "
-                 f"{'/'.join(precisions)}, {self.threads} thread(s)")
-        with tempfile.TemporaryDirectory(prefix=".auto-latency-") as work:
-            models = {}
+    def _measure(self, needs: List[Tuple[str, int, int, int]]) -> None:
+        """Time the layers ``needs`` asks for: each model exported (and quantised) once, timed at
+        every length that asks for it, the table written after each length (a stopped measurement
+        keeps the lengths it finished)."""
+        plan, wanted = {}, {}   # seq -> (precisions, fresh, shapes); model -> the lengths it is timed at
+        for seq in sorted({n[1] for n in needs}):
+            precisions = sorted({n[0] for n in needs if n[1] == seq})
+            # the teacher's shape at one layer and at its depth gives the overhead and a layer, once per
+            # precision and length
+            fresh = any(self._overhead_key(p, seq) not in self.data["overhead"] for p in precisions)
+            shapes = sorted({(n[2], n[3]) for n in needs if n[1] == seq} | ({self.full} if fresh else set()))
+            plan[seq] = (precisions, fresh, shapes)
             for heads, ffn in shapes:
                 # every shape at the teacher's depth: one layer's weights stay in the cache, a deep
                 # model's do not, so a shape timed as one layer was priced too cheap in deep models
-                counts = (1, self.span) if fresh and (heads, ffn) == self.full else (self.span,)
-                for count in counts:
-                    fp32 = self._block_export(work, heads, ffn, count)
+                for count in ((1, self.span) if fresh and (heads, ffn) == self.full else (self.span,)):
                     for precision in precisions:
-                        models[(precision, heads, ffn, count)] = self._as_precision(work, fp32, precision)
-            times = self._time(models, seq)
+                        wanted.setdefault((precision, heads, ffn, count), set()).add(seq)
+        shapes = sorted({k[1:3] for k in wanted})
+        self.log(f"latency table: measuring {len(shapes)} layer shape(s) at {'/'.join(map(str, sorted(plan)))} "
+                 f"tokens, {'/'.join(sorted({k[0] for k in wanted}))}, {self.threads} thread(s)")
+        with tempfile.TemporaryDirectory(prefix=".auto-latency-") as work:
+            models, exported = {}, {}
+            for precision, heads, ffn, count in sorted(wanted):
+                if (heads, ffn, count) not in exported:
+                    exported[(heads, ffn, count)] = self._block_export(work, heads, ffn, count)
+                models[(precision, heads, ffn, count)] = self._as_precision(work, exported[(heads, ffn, count)],
+                                                                            precision)
+            for seq, (precisions, fresh, shapes) in plan.items():
+                times = self._time({k: v for k, v in models.items() if seq in wanted[k]}, seq)
+                self._keep_layers(seq, precisions, fresh, shapes, times)
+                self._keep()
+
+    def _keep_layers(self, seq: int, precisions: List[str], fresh: bool, shapes: list, times: dict) -> None:
         for precision in precisions:
             if fresh:
                 one, top = times[(precision,) + self.full + (1,)], times[(precision,) + self.full + (self.span,)]
@@ -308,6 +361,10 @@ class LatencyTable:
                 self.data["layers"][self._layer_key(precision, seq, heads, ffn)] = round(value, 4)
         for k, t in times.items():
             self.data["measured"][f"{self.family}|{k[0]}|s{seq}|h{k[1]}|f{k[2]}|layers{k[3]}"] = round(t, 4)
+
+    def _keep(self) -> None:
+        """Write the table as measured so far (under the file lock :meth:`_fill` holds)."""
+        write_json(self.path, self.data)
 
     def _random_checkpoint(self, work: str, name: str, heads: int, ffn: int, count: int, wrap=None,
                            **build) -> str:
@@ -350,9 +407,26 @@ class LatencyTable:
         return time_folders(models, seq, self.threads, self.sentences, self.target)
 
     # -- checking ----------------------------------------------------------------
+    def missing(self, layers: Iterable[tuple] = (), tokens: Iterable[tuple] = (),
+                exits: Iterable[tuple] = ()) -> List[Tuple[str, tuple]]:
+        """``(kind, entry)`` of each entry asked for that the table lacks: ``layers`` as
+        :meth:`ensure` takes them, ``tokens`` and ``exits`` as ``(precision, seq)``."""
+        data = self.data
+        lacking = [("layer", n) for n in sorted(set(layers)) if self._layer_key(*n) not in data["layers"]
+                   or self._overhead_key(n[0], n[1]) not in data["overhead"]]
+        lacking += [("tokens", n) for n in sorted(set(tokens)) if self._overhead_key(*n) not in data.get("tokens", {})]
+        lacking += [("exit", n) for n in sorted(set(exits)) if self._overhead_key(*n) not in data.get("exits", {})]
+        return lacking
+
+    def describe(self) -> str:
+        """The machine the table was measured on, in words (its ``machine`` block)."""
+        return describe_machine(self.machine)
+
     def check(self, name: str, folder: str, predicted_ms: float, seq: int, texts: Optional[list] = None) -> dict:
         """Measure the whole model in ``folder`` at ``seq`` tokens beside its prediction; keep it.
         ``texts``: time on these sentences instead (an early-exit model's depth depends on them)."""
+        if self.read_only:
+            raise CompressorError(f"{self.path} is the target's table: whole models are measured on the target")
         measured = time_folders({name: folder}, seq_bucket(seq), self.threads, self.sentences, self.target,
                                 texts=texts)[name]
         record = {"model": name, "seq": seq_bucket(seq), "predicted_ms": round(predicted_ms, 4),
@@ -363,6 +437,35 @@ class LatencyTable:
             self.data["checks"].append({**record, "family": self.family})
             write_json(self.path, self.data)
         return record
+
+
+class MissingEntry(CompressorError):
+    """A read-only (target) table lacks an entry a prediction needs."""
+
+
+def describe_entry(kind: str, entry: tuple) -> str:
+    """An entry of the table in words: ``layer`` (precision, seq, heads, ffn), ``tokens`` or
+    ``exit`` (precision, seq)."""
+    if kind == "layer":
+        precision, seq, heads, ffn = entry
+        return f"the layer of {heads} heads and FFN {ffn} at {seq} tokens, {precision}"
+    precision, seq = entry
+    what = "token pruning's cost" if kind == "tokens" else "an exit's cost"
+    return f"{what} at {seq} tokens, {precision}"
+
+
+def describe_machine(machine: dict) -> str:
+    """``AMD EPYC (x86_64, 2 cores, avx512_vnni), onnxruntime 1.32.0, 1 thread(s)`` from a table's
+    ``machine`` block."""
+    inside = ", ".join(str(v) for v in (machine.get("machine"),
+                                        f"{machine['cores']} cores" if machine.get("cores") else None,
+                                        machine.get("cpu_preset")) if v)
+    text = f"{machine.get('processor') or 'an unnamed processor'}" + (f" ({inside})" if inside else "")
+    if machine.get("target") == "gpu" and machine.get("gpu"):
+        text = f"{machine['gpu']} on {text}"
+    if machine.get("onnxruntime"):
+        text += f", onnxruntime {machine['onnxruntime']}"
+    return text + f", {machine.get('threads', 1)} thread(s)"
 
 
 def time_folders(models: Dict[object, str], seq: int, threads: int, sentences: int, target: str = "cpu",
@@ -410,7 +513,13 @@ def layer_seqs(seq: int, layers: int, keep: float) -> List[int]:
     return seqs
 
 
-def default_table(config, teacher: str, task, rows, log=None) -> "LatencyTable":
+def default_table(config, teacher: str, task, rows, log=None, seq_len: int = 0) -> "LatencyTable":
+    """The search's table: ``config.target_table`` read only (another machine's; ``seq_len`` goes into
+    the command its errors give), else this machine's (``latency_table`` or the cache's)."""
+    if config.target_table:
+        from compressor.auto.target import target_table
+
+        return target_table(config, teacher, task, rows, seq_len, log)
     path = config.latency_table or default_path(config.target, config.threads)
     return LatencyTable(path, teacher, task, rows, threads=config.threads, target=config.target,
                         sentences=config.sentences, log=log)

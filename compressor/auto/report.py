@@ -42,7 +42,7 @@ def finish(out: str, log: Callable) -> dict:
     task_spec, _ = _task_for(teacher, state["task"])
     user_data = data_for(teacher, task_spec, None)
     rows = load_data(task_spec, "train", state["data_dir"], 8, user_data)   # static INT8 calibrates on them
-    table = default_table(config, teacher, task_spec, rows, log=log)
+    table = default_table(config, teacher, task_spec, rows, log=log, seq_len=state["seq_len"])
     full = _teacher_layers(teacher)
     teacher_ms = table.predict(full, "fp32", layer_seqs(state["seq_len"], len(full), 1.0))
     inside = [v for v in views if teacher_score - v.values[0] <= config.max_drop + 1e-9]
@@ -55,11 +55,15 @@ def finish(out: str, log: Callable) -> dict:
                                   "size_bytes": _size(state["teacher_onnx"])},
               "counts": {s: sum(1 for t in trials if t.state.name == s) for s in
                          ("COMPLETE", "PRUNED", "FAIL", "RUNNING")},
+              "search_seconds": _span(trials),
               "trials": [_trial_row(t, front, final_front, recovered.get(t.number)) for t in trials],
               "front": sorted(front), "final_front": sorted(final_front),
               "recovery": {"candidates": config.recover_candidates, "margin": config.recover_margin,
                            "settings": _plain(config.recover), "recovered": sorted(recovered)},
-              "latency_table": table.path}
+              "latency_table": table.path,
+              # whose latencies these are: this machine's table, or the target's read here (predictions only)
+              "latency_machine": {**table.machine, "measured_here": not table.read_only,
+                                  "described": table.describe()}}
     if pick is None:
         report["pick"] = None
         log(f"no finished candidate is within {config.max_drop} points of the teacher on the held-out rows")
@@ -82,6 +86,14 @@ def finish(out: str, log: Callable) -> dict:
     write_json(os.path.join(out, "report.json"), report)
     write_text(os.path.join(out, "report.md"), markdown(report))
     return report
+
+
+def _span(trials) -> Optional[float]:
+    """Seconds from the first trial's start to the last one's end (all workers and runs together):
+    the search's wall time without the teacher's scoring before it and the recovery after it."""
+    starts = [t.datetime_start for t in trials if t.datetime_start]
+    ends = [t.datetime_complete for t in trials if t.datetime_complete]
+    return round((max(ends) - min(starts)).total_seconds(), 1) if starts and ends else None
 
 
 def _view(t, recovered: Optional[dict]) -> SimpleNamespace:
@@ -115,9 +127,11 @@ def _trial_row(t, front: set, final_front: set, recovered: Optional[dict]) -> di
     if t.values:
         row.update(dict(zip(("score", "latency_ms", "size_bytes"), t.values)))
     for key in ("steps", "layers", "seqs", "folder", "error", "pruned", "precisions", "fp32_units", "reach",
-                "exits", "same_as"):
+                "exits", "same_as", "worker"):
         if attrs.get(key) is not None:
             row[key] = attrs[key]
+    if t.datetime_start and t.datetime_complete:
+        row["seconds"] = round((t.datetime_complete - t.datetime_start).total_seconds(), 1)
     if recovered:
         row["recovered"] = recovered
     return row
@@ -151,10 +165,11 @@ def _verify(out: str, state: dict, pick, task_spec, user_data, teacher_score: fl
 
 def _check_table(out, state, table, pick, front, views, config, teacher_ms, held) -> List[dict]:
     """Whole-model p50 of the pick, of front members and of the teacher beside their prediction; an
-    early-exit candidate is timed on the held-out rows' texts (where its rows leave depends on them)."""
+    early-exit candidate is timed on the held-out rows' texts (where its rows leave depends on them).
+    None with another machine's table: whole models are measured on that machine."""
     from compressor.export.onnx import example_texts
 
-    if not config.check_models:
+    if not config.check_models or table.read_only:
         return []
     chosen = [pick] + [v for v in sorted(views, key=lambda v: v.values[1]) if v.number in front and v is not pick]
     checks = []
@@ -217,6 +232,18 @@ def _plot(path: str, report: dict) -> Optional[str]:
     return path
 
 
+def _machine_lines(report: dict) -> List[str]:
+    """Which machine the latencies belong to; for another machine's table, that they are predictions."""
+    machine = report.get("latency_machine")
+    if not machine:
+        return []
+    if machine.get("measured_here", True):
+        return [f"Latencies are this machine's: {machine['described']}.", ""]
+    return [f"**Latencies are predictions for another machine**: {machine['described']}, from its table "
+            "(measured there with `--measure-table`); nothing was timed here and the whole-model checks "
+            "were skipped. Measure the pick and the teacher on that machine (`compressor bench`).", ""]
+
+
 def markdown(report: dict) -> str:
     t = report["teacher_figures"]
     lines = [f"# compressor auto: {report['task']}", "",
@@ -224,6 +251,7 @@ def markdown(report: dict) -> str:
              f"{t['latency_ms']:.3f} ms predicted, {t['size_bytes'] / 1e6:.2f} MB. Budget: {report['max_drop']} "
              f"points on the held-out rows; latency at batch 1, {report['seq_len']} tokens, "
              f"{report['threads']} thread(s), from the table `{report['latency_table']}`.", "",
+             *_machine_lines(report),
              "Trials: " + ", ".join(f"{n.lower()} {c}" for n, c in report["counts"].items()) + ".", ""]
     p = report.get("pick")
     if p:

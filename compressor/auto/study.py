@@ -97,12 +97,23 @@ def run_auto(teacher: str, out: str, config=None, task: Optional[str] = None, da
     config.check()
     require_optuna()
     state = prepare(teacher, out, config, task, data_dir, train_limit, dev_limit, log)
+    if config.target_table:   # another machine's table: every entry the space needs is there, before any trial
+        from compressor.auto.target import check_target_table
+        from compressor.engine.scoring import _task_for
+
+        check_target_table(config, state["teacher"], _task_for(state["teacher"], state["task"])[0],
+                           state["seq_len"], log)
     from compressor.core import children as lifeline
 
     # the other workers stop with this one: on Ctrl-C or SIGTERM here (told on the way out) and
     # when this process is killed outright (each follows its parent)
+    gpus = worker_gpus(config.device, config.workers)
+    if gpus:
+        log(f"{config.workers} workers on GPUs {', '.join(gpus[i % len(gpus)] for i in range(config.workers))} "
+            "(CUDA_VISIBLE_DEVICES per worker)")
     children = [subprocess.Popen([sys.executable, "-m", "compressor.auto.study", state["out"], str(i)],
-                                 env=lifeline.env()) for i in range(1, config.workers)]
+                                 env=lifeline.env({**os.environ, **worker_env(gpus, i)}))
+                for i in range(1, config.workers)]
     try:
         with lifeline.stopped_with(children):
             search(state["out"], 0, log)
@@ -113,6 +124,31 @@ def run_auto(teacher: str, out: str, config=None, task: Optional[str] = None, da
     from compressor.auto.report import finish
 
     return finish(state["out"], log)
+
+
+def worker_gpus(device: str, workers: int) -> list:
+    """The GPUs local workers take in turn (as CUDA_VISIBLE_DEVICES names them, or their indices):
+    with ``device`` cuda or auto, more than one worker and more than one GPU visible; else none
+    (a named ``cuda:N`` stays what it says, one GPU is shared)."""
+    if workers < 2 or device not in ("cuda", "auto"):
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        gpus = [g.strip() for g in visible.split(",") if g.strip()]
+    else:
+        try:
+            import torch
+
+            gpus = [str(i) for i in range(torch.cuda.device_count())]
+        except ImportError:
+            gpus = []
+    return gpus if len(gpus) > 1 else []
+
+
+def worker_env(gpus: list, worker: int) -> dict:
+    """What local worker ``worker`` adds to its environment: its own GPU when ``gpus`` are shared
+    out (worker 0, this process, keeps them all visible and works on the first)."""
+    return {"CUDA_VISIBLE_DEVICES": gpus[worker % len(gpus)]} if gpus and worker else {}
 
 
 def prepare(teacher: str, out: str, config: AutoConfig, task, data_dir, train_limit, dev_limit, log) -> dict:
@@ -218,6 +254,7 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
         trial = study.ask()
         trial.set_user_attr("host", platform.node())
         trial.set_user_attr("pid", os.getpid())
+        trial.set_user_attr("worker", worker)
         if _under_way_before(study, trial.number) >= config.trials:
             trial.set_user_attr("surplus", True)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -237,7 +274,7 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
         same = _same_candidate(study, plan)
         if same is not None:   # another point of the space that builds the same model (layer rule, all layers kept)
             for key, value in same.user_attrs.items():
-                if key not in ("host", "pid"):
+                if key not in ("host", "pid", "worker"):
                     trial.set_user_attr(key, value)
             trial.set_user_attr("same_as", same.number)
             study.tell(trial, list(same.values))
@@ -290,7 +327,7 @@ def search_context(state: dict, config: AutoConfig, log: Callable) -> tuple:
     train_set, held = holdout.training_and_held(task_spec, state["data_dir"], state["train_limit"], user_data,
                                                 teacher)
     held = _score_rows(held, config)
-    table = default_table(config, teacher, task_spec, held, log=log)
+    table = default_table(config, teacher, task_spec, held, log=log, seq_len=state["seq_len"])
     return task_spec, train_set, held, table, len(_teacher_layers(teacher))
 
 

@@ -29,10 +29,27 @@ def register(cli):
 
     @cli.command("auto", epilog=example(
         "compressor auto runs/teacher --task sst2 --max-drop 1.0 --target cpu --threads 1 --budget 4h --out runs/auto",
-        "compressor auto runs/teacher --trials 40 --workers 2 --storage journal:runs/auto/study.log --out runs/auto"))
+        "compressor auto runs/teacher --trials 40 --workers 2 --storage journal:runs/auto/study.log --out runs/auto",
+        "compressor auto mpnet-base --task sst2 --measure-table --seq-len 13 --latency-table edge.json   # on the target",
+        "compressor auto runs/teacher --target-table edge.json --device cuda --out runs/auto   # on the GPU machine"))
     @click.argument("model", type=click.Path())
-    @click.option("--out", required=True, type=click.Path(file_okay=False),
-                  help="The search's folder (study, trials, report, pick); run again to resume.")
+    @click.option("--out", default=None, type=click.Path(file_okay=False),
+                  help="The search's folder (study, trials, report, pick); run again to resume. "
+                       "Required but with --measure-table.")
+    @click.option("--measure-table", is_flag=True,
+                  help="Measure every latency-table entry the search space can ask for on this machine "
+                       "(into --latency-table, kept entries stay), then stop: the target's table for "
+                       "--target-table elsewhere. MODEL: the teacher or any model of its family.")
+    @click.option("--target-table", default="",
+                  help="Another machine's latency table (made there with --measure-table), read only: latencies "
+                       "are predicted for that machine, nothing is timed here, the whole-model checks are skipped.")
+    @click.option("--seq-len", type=int, default=0, show_default=True,
+                  help="Tokens the latency is taken at; 0: the held-out rows' mean.")
+    @click.option("--device", default="cpu", show_default=True,
+                  help="Where importance, exit heads and recovery train: cpu, cuda, cuda:N or auto; with cuda "
+                       "and --workers N, local workers take the visible GPUs in turn.")
+    @click.option("--score-rows", type=int, default=0, show_default=True,
+                  help="Held-out rows a trial is scored on; 0: all.")
     @click.option("--task", default=None, help="The task; default: the one the teacher records.")
     @click.option("--data-dir", default=None, help="GLUE folder (default GLUE_DIR).")
     @click.option("--train-limit", type=int, default=None,
@@ -89,18 +106,29 @@ def register(cli):
                   help="Front members (the pick first) measured whole at the end beside their predicted "
                        "latency, the teacher too; 0: no check.")
     @click.option("--seed", type=int, default=42, show_default=True, help="The sampler's seed.")
-    def auto(model, out, task, data_dir, train_limit, dev_limit, threads, recover, **settings):
+    def auto(model, out, task, data_dir, train_limit, dev_limit, threads, recover, measure_table, **settings):
         """Search across the toolkit's methods (layers, heads, FFN, vocabulary, tokens, INT8, early exit) for the
         fastest model within --max-drop of the teacher MODEL on its held-out rows (fine-tune it with
         --holdout N): the Pareto front, the pick as an ONNX folder (OUT/pick), the report."""
         from compressor.auto.study import run_auto
         from compressor.cli.methods import recover_settings
+        from compressor.core.errors import CompressorError
 
         settings["threads"] = threads[0] if threads else 1
         if recover:
             settings["recover"] = recover_settings(recover)
         for name, parse in SPACE.items():
             settings[name] = parse(settings[name])
+        if measure_table:
+            from compressor.auto.target import measure_table as measure
+
+            done = measure(model, task=task, data_dir=data_dir, log=lambda msg: click.echo(msg, err=True), **settings)
+            click.echo(f"latency table: {done['path']} ({sum(done['entries'].values())} entries for this space at "
+                       f"{done['seq_len']} tokens, {done['measured']} measured now); give it to the search "
+                       "elsewhere with --target-table")
+            return
+        if not out:
+            raise CompressorError("compressor auto needs --out (the search's folder), but with --measure-table")
         report = run_auto(model, out, task=task, data_dir=data_dir, train_limit=train_limit, dev_limit=dev_limit,
                           log=lambda msg: click.echo(msg, err=True), **settings)
         pick = report.get("pick")
