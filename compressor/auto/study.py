@@ -97,12 +97,6 @@ def run_auto(teacher: str, out: str, config=None, task: Optional[str] = None, da
     config.check()
     require_optuna()
     state = prepare(teacher, out, config, task, data_dir, train_limit, dev_limit, log)
-    if config.target_table:   # another machine's table: every entry the space needs is there, before any trial
-        from compressor.auto.target import check_target_table
-        from compressor.engine.scoring import _task_for
-
-        check_target_table(config, state["teacher"], _task_for(state["teacher"], state["task"])[0],
-                           state["seq_len"], log)
     from compressor.core import children as lifeline
 
     # the other workers stop with this one: on Ctrl-C or SIGTERM here (told on the way out) and
@@ -189,6 +183,10 @@ def prepare(teacher: str, out: str, config: AutoConfig, task, data_dir, train_li
     state["storage"] = config.storage
     if "seq_len" not in state:
         state["seq_len"] = config.seq_len or _mean_tokens(path, held, max_length)
+    if config.target_table:   # another machine's table: every entry the space needs is there, before any work
+        from compressor.auto.target import check_target_table
+
+        check_target_table(config, path, task_spec, state["seq_len"], log)
     if "teacher_score" not in state:
         state.update(_teacher_figures(path, task_spec, held, config, out, log))
     write_json(state_file, state)
