@@ -81,6 +81,20 @@ stages:
     assert seen and all(s.startswith("holdout") for s in seen)     # dev never scored in the search
     assert record["split"] == "dev" and record["examples"] == 16
     assert "coarse_rows" not in record["search"]       # max_drop 100 is coarser than a row's 6.25 points
+    # every stage that writes a model is scored on the held-out rows too, on dev's path (the INT8
+    # graph in onnxruntime), against the teacher's score there; the report shows it
+    from compressor.core.metrics import task_score
+    from compressor.core.models import load_for_task
+    from compressor.engine.scoring import score
+
+    graph = str(tmp_path / "run" / manifest["stages"][-1]["dir"])
+    net, tok = load_for_task(graph, get_task("sst2"), pytorch=False)
+    expected_held = task_score(get_task("sst2"), score(net, tok, held, 128, device="cpu"))
+    assert record["holdout"]["rows"] == 16 and record["holdout"]["score"] == pytest.approx(expected_held)
+    teacher_record = json.load(open(tmp_path / "run" / "00-teacher" / "record.json"))
+    assert record["holdout"]["teacher_score"] == teacher_record["holdout"]["score"]
+    assert record["holdout"]["retention"] == pytest.approx(expected_held / teacher_record["holdout"]["score"], abs=1e-4)
+    assert "| held-out | vs teacher (held-out) |" in (tmp_path / "run" / "report.md").read_text()
 
 
 def test_a_tolerance_finer_than_one_search_row_is_named(glue_dir, capsys):

@@ -285,6 +285,10 @@ def summarise(root: str) -> dict:
             row = {"what": what, "stage": kind, "score": round(record["score"], 2),
                    "retention": _share(record["score"], teacher["score"]),
                    "wall_time_s": record.get("wall_time_s")}
+            held = record.get("holdout") or {}
+            if held.get("score") is not None:   # runs since the runner scores the held-out rows too
+                row["holdout"] = round(held["score"], 2)
+                row["holdout_retention"] = round(100 * held["retention"], 1) if held.get("retention") else None
             if kind == "quantize":
                 row["method"] = record.get("method") or (record.get("config") or {}).get("method")
             rows[name] = row
@@ -316,6 +320,8 @@ def table(tasks: dict) -> str:
             cell = f"{row['score']:.2f} ({_pct(row['retention'])})"
             if "delta" in row:
                 cell += f", {row['delta']:+.2f} vs {row['vs']}"
+            if "holdout" in row:
+                cell += f"; held-out {row['holdout']:.2f} ({_pct(row.get('holdout_retention'))})"
             cells.append(cell)
         kind = VARIANTS[name][3]
         lines.append(f"| {name}: {VARIANTS[name][0]} | {kind} | " + " | ".join(cells) + " |")
@@ -337,7 +343,9 @@ def main(argv=None) -> None:
         f.write("\n")
     text = table(tasks)
     with open(os.path.join(root, "summary.md"), "w") as f:
-        f.write("# Issue 32 ablation (dev scores, each taken once; share of the held-out teacher)\n\n" + text + "\n")
+        f.write("# Issue 32 ablation (dev scores, each taken once; share of the held-out teacher; where "
+                "recorded, the score on the teacher's held-out rows, on which a choice between variants is made)\n\n"
+                + text + "\n")
     print(text)
 
 

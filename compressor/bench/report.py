@@ -92,7 +92,7 @@ def _run_rows(folder: str) -> List[dict]:
                      "config": record.get("config"), "layers": _layers(os.path.join(folder, s["dir"])),
                      "split": record.get("split"), "examples": record.get("examples"),
                      "preset": preset.get("name") if isinstance(preset, dict) else preset,
-                     "warnings": record.get("warnings")}
+                     "warnings": record.get("warnings"), "holdout": record.get("holdout")}
             rows.append(row(s["dir"], manifest["task"], "+".join((record.get("metrics") or {}).keys()) or "score",
                             record.get("score"), teacher_value, parameters=record.get("parameters"),
                             size_bytes=record.get("size_bytes"), command=command,
@@ -364,19 +364,28 @@ def markdown(rows: Sequence[dict], title: str = "Compression report", threads: O
     stage_rows = [r for r in rows if (r.get("extra") or {}).get("stage")]
     differs = two_scores(rows)
     if stage_rows:
+        held = any((r["extra"].get("holdout") or {}).get("score") is not None for r in stage_rows)
         lines += ["## Stages", "",
-                  "| stage | variant | kind | parameters | size (MB) | metrics | score | vs teacher | time (s) |",
-                  "|---|---|---|---:|---:|---|---:|---:|---:|"]
+                  "| stage | variant | kind | parameters | size (MB) | metrics | score | vs teacher | "
+                  + ("held-out | vs teacher (held-out) | " if held else "") + "time (s) |",
+                  "|---|---|---|---:|---:|---|---:|---:|" + ("---:|---:|" if held else "") + "---:|"]
         for r in stage_rows:
             e = r["extra"]
             metrics = ", ".join(f"{k} {v:.4f}" for k, v in (e.get("metrics") or {}).items())
             mark = "†" if r["name"] in differs else ""
+            h = e.get("holdout") or {}
             lines.append(f"| {r['name']} | {e.get('variant') or ''} | {e.get('kind') or ''} | "
                          f"{_int(r.get('parameters'))} | {_mb(r.get('size_bytes'))} | {metrics} | "
                          f"{_num(r.get('value'))}{mark} | {_pct(r.get('retention'))} | "
-                         f"{_num(e.get('wall_time_s'), 0)} |")
+                         + (f"{_num(h.get('score'))} | {_pct(h.get('retention'))} | " if held else "")
+                         + f"{_num(e.get('wall_time_s'), 0)} |")
         lines += ["", "Scores are the task's GLUE metric(s) on the dev split, x100 (a task with two "
-                  "metrics scores their mean). Each stage's full record is `NN-<stage>/record.json`.", ""]
+                  "metrics scores their mean). Each stage's full record is `NN-<stage>/record.json`."]
+        if held:
+            rows_held = next(r["extra"]["holdout"].get("rows") for r in stage_rows if r["extra"].get("holdout"))
+            lines.append(f"Held-out: the {rows_held} training rows the teacher was fine-tuned without (no "
+                         "stage trains on them); choose between runs on these, not on dev.")
+        lines.append("")
         stage_warnings = [f"- **Warning** (`{r['name']}`): {t}" for r in stage_rows
                           for t in (r["extra"].get("warnings") or [])]
         lines += stage_warnings + ([""] if stage_warnings else [])

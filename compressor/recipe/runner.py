@@ -69,6 +69,11 @@ class StageContext:
                                           user_data=self.recipe.user_data)
         return self._cache[name]
 
+    def held_out(self):
+        """The training rows the teacher was fine-tuned without, or None when it held none out."""
+        self.split("train")   # loads both at once
+        return self._cache.get("holdout")
+
     def stage_dir(self, name: str) -> str:
         """The folder of this run's last ``name`` stage before this one (augmented rows, say)."""
         folder = self._cache.get("stage_dirs", {}).get(name)
@@ -148,6 +153,7 @@ def _run_locked(recipe: Recipe, out: str, data_dir, log, previous: Optional[dict
     rerun = not record.get("_skipped")
     teacher_dir = _abs(out, record["model_dir"])
     teacher_score = record["score"]
+    teacher_held = (record.get("holdout") or {}).get("score")
     _append(manifest, record, out)
 
     current = record
@@ -167,7 +173,8 @@ def _run_locked(recipe: Recipe, out: str, data_dir, log, previous: Optional[dict
                             lambda c, st=stage_type, cfg=spec.config: st.run(c, resolve_stage_folders(cfg, c.stage_dir)),
                             ctx, produces=stage_type.produces, config=config, name=spec.name,
                             inherited=current, teacher_score=teacher_score,
-                            manifest=manifest, force=rerun, trains=_trains(spec.config))
+                            manifest=manifest, force=rerun, trains=_trains(spec.config),
+                            teacher_held=teacher_held)
         rerun = rerun or not record.get("_skipped")
         _append(manifest, record, out)
         shared_cache.setdefault("stage_dirs", {})[spec.name] = os.path.join(out, spec.dirname)
@@ -193,9 +200,12 @@ def _trains(config) -> bool:
 
 def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
                inherited=None, teacher_score=None, manifest=None, force=False,
-               trains=True) -> dict:
+               trains=True, teacher_held=None) -> dict:
     """Run one stage (or skip it). Under several processes rank 0 decides and writes; the
-    others run training stages with it into a throwaway folder and take its record."""
+    others run training stages with it into a throwaway folder and take its record. A stage
+    that writes a model and scores it on dev is scored on the teacher's held-out rows as well
+    (``holdout`` in its record, against ``teacher_held``, the teacher's score there), so that
+    choices between runs can be made on rows dev is not."""
     if not distributed.is_main():
         skipped = distributed.broadcast(None)
         if skipped is not None:
@@ -253,6 +263,10 @@ def _run_stage(out, dirname, fingerprint, log, fn, ctx, produces, config, name,
             record["teacher_score"] = teacher_score
             record["retention"] = round(record["score"] / teacher_score, 4) if teacher_score else None
         split = record.get("split", "dev")
+        if record.get("score") is not None and split == "dev" and produces is not None:
+            held = _held_out_score(model_dir, ctx, teacher_held)
+            if held is not None:
+                record["holdout"] = held
         if record.get("score") is not None and split in ("dev", "train"):   # at chance: say so
             chance_check(record, ctx.split(split), say=lambda msg: log(f"[{dirname}] {msg}"))
         record["wall_time_s"] = round(time.perf_counter() - start, 2)
@@ -371,6 +385,30 @@ def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
 
     result = finetune_stage(ctx, recipe.teacher_finetune)
     return {**result, "train_examples": len(ctx.split("train"))}
+
+
+def _held_out_score(model_dir: str, ctx: StageContext, teacher_held: Optional[float]) -> Optional[dict]:
+    """The model's score on the teacher's held-out rows (None when the teacher held none out),
+    on the path dev is scored on (an ONNX graph in onnxruntime), on the recipe's device."""
+    from compressor.core.device import resolve_device
+    from compressor.core.metrics import task_score
+    from compressor.core.models import load_for_task
+    from compressor.engine.scoring import score, scored_before
+
+    held = ctx.held_out()
+    if held is None or not len(held):
+        return None
+    net, tokenizer = load_for_task(model_dir, ctx.task, pytorch=False)
+    max_length = read_meta(model_dir).get("max_length", 128)
+    device = resolve_device(ctx.recipe.device)
+    metrics = scored_before(model_dir, held, max_length, device, lambda: score(
+        net.to(device), tokenizer, held, max_length, device=device, desc="score held-out rows"))
+    value = task_score(ctx.task, metrics)
+    result = {"metrics": metrics, "score": value, "rows": len(held)}
+    if teacher_held:
+        result["teacher_score"] = teacher_held
+        result["retention"] = round(value / teacher_held, 4)
+    return result
 
 
 def _claim(out: str, recipe: Recipe) -> Optional[dict]:
