@@ -188,7 +188,10 @@ def _size(folder: str) -> int:
 
 
 def _plot(path: str, report: dict) -> Optional[str]:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:   # a machine without it (a GPU box) still gets the report
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
