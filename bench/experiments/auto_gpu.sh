@@ -1,0 +1,99 @@
+#!/bin/bash
+# Issue 34 on a GPU machine with two GPUs (device tool, nvidia-h200-x2): compressor auto on MPNet-base
+# SST-2, MRPC and CoLA, candidates built and scored there (importance, exit heads and recovery on the
+# GPU, --device cuda), their latency predicted for the 2-core deployment CPU from its table, measured
+# there beforehand (auto_target_table.sh) and carried as .carry/auto-table/TABLE.json (--target-table:
+# nothing is timed on the GPU machine; the pick and the teacher are measured later on the CPU). Then
+# the issue's second target: a fixed number of trials with one worker on one GPU, then with two workers
+# on two GPUs (each worker its own GPU), the same trials in both (the first of the MRPC search's).
+#   MPNET=BASE_FOLDER bash bench/experiments/auto_gpu.sh GLUE_DIR OUT_DIR
+# Detached on the device (a device call lasts 10 minutes at most; the checkout with .carry/auto-table):
+#   start: bash bench/experiments/device_detached.sh start 540 ~/res env MPNET=~/mpnet \
+#            bash bench/experiments/auto_gpu.sh ~/glue ~/res
+#   poll:  bash bench/experiments/device_detached.sh poll 540 ~/res
+# It needs optuna there: its wheels in .whl before device_setup.sh (optuna, alembic, sqlalchemy, Mako,
+# colorlog, greenlet; pip download --no-deps --only-binary=:all: --python-version 3.12
+# --platform manylinux2014_x86_64 -d .whl ...). Settings (environment):
+#   LANES "0:sst2 1:mrpc,cola"   the searches side by side: SST-2's teacher alone takes about 4 min
+#   TRIALS 40, BUDGET 5m         each search stops at whichever comes first (then recovery and dev)
+#   RECOVER 2, RECOVER_EPOCHS 1  candidates that may enter the front rebuilt with distillation
+#   SCALE_TASK mrpc, SCALE_TRIALS 6, SCALE_GPUS 0,1   the one- against two-worker runs
+#   PHASE all | search | scale   scale alone enqueues the trials of an earlier search if WORK has one
+#   TABLE .carry/auto-table/TABLE.json; auto_space.sh's space and lengths (HEADS, PRECISIONS, SEQ_T...)
+# What comes back to OUT: each search's report.json, report.md, front.png, auto.json and
+# pick-recipe.yaml (the pick's recipe, no weights), the teachers' metrics, logs, commands.txt,
+# scaling.json, target-table.json. Time on two H200s (estimate, no MPNet search has run there yet):
+# teachers 4 min (SST-2; MRPC and CoLA 1-2 min on the other GPU), searches 5 min, their recovery and
+# dev scoring 2-3 min, then the two scaling runs about 3 + 2 min: about 17 minutes.
+# Dry run on the CPU (tiny MPNet; its table first, as auto_target_table.sh's header says; with the
+# .venv's python3 first on PATH): the three searches, 3 trials each, 2 minutes each side by side, and
+# both scaling runs finished (2 trials: the second worker started after the first had done both).
+#   MPNET=/tmp/tinympnet12h HEADS=0,0.5 FFN=0 bash bench/experiments/auto_target_table.sh /tmp/tiny-table.json
+#   MPNET=/tmp/tinympnet12h HEADS=0,0.5 FFN=0 TABLE=/tmp/tiny-table.json DEVICE=cpu \
+#   LIMITS="--train-limit 64 --dev-limit 32" HOLDOUT_ROWS=16 AUTO_LIMITS="--train-limit 64 --dev-limit 32" \
+#   TRIALS=3 SCALE_TRIALS=2 MAX_DROP=100 RECOVER_ARGS="--recover batch_size=16" WORK=/tmp/autowork \
+#   bash bench/experiments/auto_gpu.sh GLUE_DIR OUT_DIR
+set -uo pipefail
+GLUE=$1; OUT=$2
+HERE=$(dirname "$0")
+source "$HERE/gpu_lanes.sh"
+source "$HERE/auto_space.sh"
+LANES=${LANES:-"0:sst2 1:mrpc,cola"}
+TABLE=$(realpath "${TABLE:-.carry/auto-table/TABLE.json}" 2>/dev/null)
+TRIALS=${TRIALS:-40}; BUDGET=${BUDGET:-5m}; RECOVER=${RECOVER:-2}; RECOVER_EPOCHS=${RECOVER_EPOCHS:-1}
+SCALE_TASK=${SCALE_TASK:-mrpc}; SCALE_TRIALS=${SCALE_TRIALS:-6}; SCALE_GPUS=${SCALE_GPUS:-0,1}
+PHASE=${PHASE:-all}; AUTO_LIMITS=${AUTO_LIMITS:-}; RECOVER_ARGS=${RECOVER_ARGS:-}
+PROCS=3   # searches at once
+[ -f "$TABLE" ] || { echo "no target table ${TABLE:-.carry/auto-table/TABLE.json}: measure it on the CPU (auto_target_table.sh)"; exit 1; }
+python3 -c "import optuna" 2>/dev/null || { echo "optuna is not importable: carry its wheels (see the header)"; exit 1; }
+mkdir -p "$OUT"
+lanes_setup
+cp "$TABLE" "$OUT/target-table.json"
+
+bring_auto() {  # name: the search's report, front, state and the pick's recipe; no weights
+  mkdir -p "$OUT/$1"
+  for f in report.json report.md front.png auto.json pick-recipe.yaml recovered.json; do
+    [ -f "$WORK/$1/$f" ] && cp "$WORK/$1/$f" "$OUT/$1/"
+  done
+  find "$OUT/$1" -type f \( -name '*.json' -o -name '*.md' -o -name '*.yaml' \) -print0 \
+    | xargs -0r sed -i -e "s|$WORK/|WORK/|g" -e "s|$PWD/||g" -e "s|$HOME/|~/|g"
+}
+
+auto_run() {  # gpus task name [option...]: compressor auto on WORK/TASK-holdout into WORK/NAME
+  local gpus=$1 task=$2 name=$3; shift 3
+  local A=(python3 -m compressor auto "$WORK/$task-holdout" --task $task --data-dir "$GLUE" --out "$WORK/$name"
+    --target-table "$TABLE" --device "$DEVICE" --threads 1 --seq-len "$(auto_seq $task)" --max-drop "${MAX_DROP:-1.0}"
+    "${AUTO_SPACE[@]}" $AUTO_LIMITS "$@")
+  log "CUDA_VISIBLE_DEVICES=$gpus ${A[*]}"
+  local start=$SECONDS rc
+  CUDA_VISIBLE_DEVICES=$gpus "${A[@]}" > "$OUT/logs/$name.log" 2>&1; rc=$?
+  echo "$name $((SECONDS - start)) s exit $rc" >> "$OUT/logs/wall.txt"
+  bring_auto "$name"
+  [ $rc = 0 ] || echo "FAILED $name (exit $rc): $OUT/logs/$name.log" >> "$OUT/logs/failed.txt"
+  return $rc
+}
+
+search_lane() {  # gpu task: the held-out teacher, then the search
+  held_out_teacher $1 $2 || return 1
+  auto_run $1 $2 auto-$2 --trials $TRIALS --budget $BUDGET --recover-candidates $RECOVER \
+    --recover epochs=$RECOVER_EPOCHS $RECOVER_ARGS
+}
+
+scale() {  # SCALE_TRIALS trials with one worker on one GPU, then two workers on two GPUs
+  held_out_teacher ${SCALE_GPUS%%,*} $SCALE_TASK || return 1
+  local w gpus
+  for w in 1 2; do
+    gpus=${SCALE_GPUS%%,*}; [ $w = 2 ] && gpus=$SCALE_GPUS
+    rm -rf "$WORK/scale-w$w" "$WORK/scale-w$w.journal"
+    [ -f "$WORK/auto-$SCALE_TASK/auto.json" ] && python3 -m bench.experiments.auto_gpu enqueue \
+      "$WORK/auto-$SCALE_TASK" "$WORK/scale-w$w.journal" $SCALE_TRIALS >> "$OUT/logs/scale.log" 2>&1
+    auto_run $gpus $SCALE_TASK scale-w$w --trials $SCALE_TRIALS --workers $w --seed 1 --recover-candidates 0 \
+      --storage "journal:$WORK/scale-w$w.journal"
+  done
+  python3 -m bench.experiments.auto_gpu scaling "$OUT" scale-w1 scale-w2 >> "$OUT/logs/scale.log" 2>&1
+}
+
+[ "$PHASE" = scale ] || run_lanes search_lane
+[ "$PHASE" = search ] || scale
+cp "$TABLE" "$OUT/target-table.json"
+echo "all done"
