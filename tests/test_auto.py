@@ -300,6 +300,49 @@ def test_token_pruning_adds_its_measured_cost_per_precision_and_length(tmp_path,
     assert measured[1:] == [("dynamic", [16]), ("fp32", [24])]
 
 
+@pytest.mark.unit
+def test_a_layer_costs_what_it_costs_at_the_candidates_depth(tmp_path, monkeypatch):
+    """Each shape's cost per layer is kept at one layer (``shallow``: its weights stay in the cache)
+    and at the teacher's depth (``layers``); a candidate of d layers takes it linearly between the two
+    by d, so a uniform model of either depth is predicted as it was timed. Tables of the kinds
+    before (family v2: the teacher's depth alone) are measured again."""
+    from conftest import tiny_config
+
+    from compressor.auto.latency import LatencyTable
+    from compressor.core.data import get_task
+    from compressor.core.io import write_json
+    from compressor.core.models import checkpoint_meta
+
+    teacher = str(tmp_path / "teacher")
+    config = tiny_config("bert")
+    config.num_labels, config.num_hidden_layers = 2, 5
+    config.save_pretrained(teacher)
+    write_json(os.path.join(teacher, "compressor.json"), checkpoint_meta(get_task("sst2"), 16, "test"))
+    table = LatencyTable(str(tmp_path / "table.json"), teacher, get_task("sst2"), None)
+    assert table.family.startswith("v3|") and table.span == 5
+    key = table._layer_key("fp32", 16, 2, 64)
+    table.data["overhead"][table._overhead_key("fp32", 16)] = 1.0
+    table.data["layers"][key], table.data["shallow"][key] = 2.0, 1.0
+    table.data["layers"][table._layer_key("fp32", 16, 4, 64)] = 3.0   # the teacher's shape: every prediction asks it
+    assert [table.layer_cost("fp32", 16, 2, 64, d) for d in (1, 2, 3, 5, 9)] == pytest.approx([1, 1.25, 1.5, 2, 2])
+    assert table.predict([(2, 64)] * 3, "fp32", [16] * 3) == pytest.approx(1.0 + 3 * 1.5)
+    assert table.predict([(2, 64)], "fp32", [16]) == pytest.approx(2.0)   # a one-layer model as timed
+    del table.data["shallow"][key]   # no shallow entry: the cost at the teacher's depth
+    assert table.layer_cost("fp32", 16, 2, 64, 1) == 2.0
+    # a v2 table's entries are another family's: asked for, the shape is measured again
+    old = {k.replace("v3|", "v2|", 1): v for k, v in table.data["layers"].items()}
+    json.dump({**table.data, "layers": old, "shallow": {}, "overhead": {k.replace("v3|", "v2|", 1): v for k, v in
+                                                                          table.data["overhead"].items()}},
+              open(tmp_path / "table.json", "w"))
+    asked = []
+    monkeypatch.setattr(LatencyTable, "_measure", lambda self, needs: asked.extend(needs) or self.data["layers"].update(
+        {self._layer_key(*n): 2.0 for n in needs}) or self.data["overhead"].update(
+        {self._overhead_key(n[0], n[1]): 1.0 for n in needs}))
+    again = LatencyTable(str(tmp_path / "table.json"), teacher, get_task("sst2"), None)
+    again.predict([(2, 64)], "fp32", [16])
+    assert ("fp32", 16, 2, 64) in asked
+
+
 def test_the_latency_table_measures_once_caches_and_predicts(searched, table_copy, glue_dir, monkeypatch):
     from compressor.auto.latency import LatencyTable, seq_bucket
     from compressor.core.data import get_task, load_data
@@ -319,9 +362,13 @@ def test_the_latency_table_measures_once_caches_and_predicts(searched, table_cop
     assert layer == pytest.approx(max((top - one) / (table.span - 1), 1e-4), abs=1e-3)
     assert overhead == pytest.approx(max(one - layer, 0.0), abs=1e-3)
     half = data["layers"][f"{fam}|h2|f64"]
-    # another shape is timed at the teacher's depth too: its share of that model, the overhead out
+    # another shape is timed at the teacher's depth and at one layer too: its share of each model,
+    # the overhead out; the teacher's shape costs the slope at both
     half_model = data["measured"][f"{fam}|h2|f64|layers{table.span}"]
     assert half == pytest.approx(max((half_model - overhead) / table.span, 1e-4), abs=1e-3)
+    assert data["shallow"][f"{fam}|h2|f64"] == pytest.approx(
+        max(data["measured"][f"{fam}|h2|f64|layers1"] - overhead, 1e-4), abs=1e-3)
+    assert data["shallow"][f"{fam}|h4|f64"] == layer
 
     # what the table holds is predicted without measuring: the overhead plus each layer
     measure = LatencyTable._measure
@@ -331,13 +378,15 @@ def test_the_latency_table_measures_once_caches_and_predicts(searched, table_cop
     assert table.predict([(2, 64), (4, 64)], "fp32", [seq, seq]) == pytest.approx(overhead + half + layer, abs=1e-3)
     assert 0 < table.predict([(4, 64)], "fp32", [seq]) < full
 
-    # a shape it lacks is measured once (at the teacher's depth), kept in the file, and not measured again
+    # a shape it lacks is measured once (at one layer and the teacher's depth), kept in the file, and not
+    # measured again
     monkeypatch.setattr(LatencyTable, "_measure", measure)
     narrow = table.predict([(4, 32)], "fp32", [seq])
     assert narrow > 0
     kept = json.load(open(table_copy))
     assert f"{fam}|h4|f32" in kept["layers"] and f"{fam}|h4|f32|layers{table.span}" in kept["measured"]
-    assert f"{fam}|h4|f64|layers1" in kept["measured"] and len(kept["measured"]) == len(data["measured"]) + 1
+    assert f"{fam}|h4|f32|layers1" in kept["measured"] and f"{fam}|h4|f32" in kept["shallow"]
+    assert f"{fam}|h4|f64|layers1" in kept["measured"] and len(kept["measured"]) == len(data["measured"]) + 2
     monkeypatch.setattr(LatencyTable, "_measure", lambda *a: pytest.fail("measured again"))
     again = LatencyTable(str(table_copy), searched.teacher, task, rows)
     assert again.predict([(4, 32)], "fp32", [seq]) == narrow and again.predict([(4, 64)] * 2, "fp32", [seq] * 2) == full

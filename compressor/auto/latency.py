@@ -5,10 +5,12 @@ that shape (heads, FFN width) costs at that precision and sequence length (a tok
 layer sees fewer tokens), plus the model's overhead (embeddings, pooler, classifier, the
 runtime's own cost) at that precision. Each entry is measured once on this machine by the
 benchmark harness, every model in a process of its own (``compressor.bench.harness``): random
-models of the teacher's family with the teacher's depth of the shape (and, per precision and length,
-one layer and the teacher's depth of the teacher's own shape, whose slope is a layer and whose
-rest is the overhead), exported and quantised through the toolkit's own calls, timed at batch 1 on
-sentences of exactly that many tokens. A token-pruned graph costs more than its layers at the
+models of the teacher's family with one layer and with the teacher's depth of the shape (for the
+teacher's own shape, per precision and length, their slope is a layer and their rest the
+overhead), exported and quantised through the toolkit's own calls, timed at batch 1 on
+sentences of exactly that many tokens. A shape costs more per layer in a deep model than in a
+shallow one (one layer's weights stay in the cache): a candidate's layers are priced between the
+two by its depth (:meth:`LatencyTable.layer_cost`). A token-pruned graph costs more than its layers at the
 tokens they see: at every pruning point the importance, the TopK and the gathers of the hidden
 states and the mask, and once per graph what it loses besides (the embeddings' and attention's
 fusions, which onnxruntime's optimizer cannot apply to it). Both are measured per precision and
@@ -97,9 +99,10 @@ class LatencyTable:
         # depth: a difference over many layers, not one, so one timing's noise is spread thin
         self.span = max(2, int(getattr(self.config, spec.num_layers_key, 2) or 2))
         self.max_length = read_meta(teacher).get("max_length", max_length or 128)
-        # "v2": shapes timed at the teacher's depth (v1 tables timed a shape as one layer; their
-        # entries are not used and are measured again)
-        self.family = (f"v2|{self.config.model_type}|d{spec.hidden_size(self.config)}|"
+        # "v3": every shape timed at one layer and at the teacher's depth, its cost per layer taken
+        # between the two by a candidate's depth (v2 timed shapes at the teacher's depth alone, v1
+        # as one layer; their entries are not used and are measured again)
+        self.family = (f"v3|{self.config.model_type}|d{spec.hidden_size(self.config)}|"
                        f"a{self.full[0]}|n{getattr(self.config, 'num_labels', 2)}|L{self.max_length}")
         if read_only:
             self.data = self._read()
@@ -128,7 +131,7 @@ class LatencyTable:
                 raise CompressorError(f"{self.path} is a latency table of another machine "
                                       f"({data.get('machine_key')}, this one is {self.key}); give another path")
             return data
-        return {"machine_key": self.key, "machine": self.machine, "layers": {}, "overhead": {},
+        return {"machine_key": self.key, "machine": self.machine, "layers": {}, "shallow": {}, "overhead": {},
                 "exits": {}, "tokens": {}, "measured": {}, "checks": []}
 
     def _fill(self, missing: Callable[[], list], measure: Callable[[list], None], kind: str = "layer") -> None:
@@ -187,7 +190,7 @@ class LatencyTable:
         self.ensure(needs)
         total = self.data["overhead"][self._overhead_key(rest, seqs[0])]
         for (h, f), s, p, share in zip(layers, seqs, precisions, reach or [1.0] * len(layers)):
-            total += share * self.data["layers"][self._layer_key(p, s, h, f)]
+            total += share * self.layer_cost(p, s, h, f, len(layers))
         if reach is not None:   # an exit after every layer but the last, asked by the rows that got there
             total += sum(reach[:-1]) * self.exit_cost(rest, seqs[0])
         if prunes_tokens and len(layers) > 1:
@@ -195,6 +198,18 @@ class LatencyTable:
             total += self.token_cost(rest, seqs[0])["graph"]
             total += sum(self.token_cost(rest, s)["point"] for s in seqs[:-1])
         return round(total, 4)
+
+    def layer_cost(self, precision: str, seq: int, heads: int, ffn: int, depth: int) -> float:
+        """What a layer of ``(heads, ffn)`` costs in a model of ``depth`` layers: its cost at the
+        teacher's depth (``layers``) and in a one-layer model (``shallow``: its weights stay in the
+        cache) taken linearly between the two by ``depth`` (clipped to them), so a uniform model of
+        either depth is predicted as it was timed. Without a ``shallow`` entry, the deep cost."""
+        key = self._layer_key(precision, seq, heads, ffn)
+        deep, shallow = self.data["layers"][key], self.data.get("shallow", {}).get(key)
+        if shallow is None:
+            return deep
+        share = (min(max(depth, 1), self.span) - 1) / (self.span - 1)
+        return shallow + (deep - shallow) * share
 
     def token_cost(self, precision: str, seq: int) -> dict:
         """What token pruning adds to a graph at ``precision`` and ``seq`` tokens, measured once:
@@ -326,9 +341,10 @@ class LatencyTable:
             shapes = sorted({(n[2], n[3]) for n in needs if n[1] == seq} | ({self.full} if fresh else set()))
             plan[seq] = (precisions, fresh, shapes)
             for heads, ffn in shapes:
-                # every shape at the teacher's depth: one layer's weights stay in the cache, a deep
-                # model's do not, so a shape timed as one layer was priced too cheap in deep models
-                for count in ((1, self.span) if fresh and (heads, ffn) == self.full else (self.span,)):
+                # every shape at one layer and at the teacher's depth: one layer's weights stay in
+                # the cache, a deep model's do not (a shape timed at one depth alone was priced too
+                # cheap in deep candidates, or too dear in shallow ones)
+                for count in (1, self.span):
                     for precision in precisions:
                         wanted.setdefault((precision, heads, ffn, count), set()).add(seq)
         shapes = sorted({k[1:3] for k in wanted})
@@ -354,11 +370,16 @@ class LatencyTable:
                 self.data["overhead"][self._overhead_key(precision, seq)] = round(max(one - layer, 0.0), 4)
             overhead = self.data["overhead"][self._overhead_key(precision, seq)]
             for heads, ffn in shapes:
+                # the shape's share of a model of the teacher's depth and of a one-layer model, the
+                # overhead taken out (for the teacher's shape both are the slope: the overhead is what
+                # the slope leaves of one layer)
+                key = self._layer_key(precision, seq, heads, ffn)
+                deep = max((times[(precision, heads, ffn, self.span)] - overhead) / self.span, 1e-4)
+                shallow = max(times[(precision, heads, ffn, 1)] - overhead, 1e-4)
                 if fresh and (heads, ffn) == self.full:
-                    value = layer
-                else:   # the shape's share of a model of the teacher's depth, the overhead taken out
-                    value = max((times[(precision, heads, ffn, self.span)] - overhead) / self.span, 1e-4)
-                self.data["layers"][self._layer_key(precision, seq, heads, ffn)] = round(value, 4)
+                    deep = shallow = layer
+                self.data["layers"][key] = round(deep, 4)
+                self.data.setdefault("shallow", {})[key] = round(shallow, 4)
         for k, t in times.items():
             self.data["measured"][f"{self.family}|{k[0]}|s{seq}|h{k[1]}|f{k[2]}|layers{k[3]}"] = round(t, 4)
 
