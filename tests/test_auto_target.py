@@ -130,6 +130,11 @@ def test_measure_table_writes_what_the_space_needs_and_resumes(teacher, glue_dir
     assert measure_table(teacher.plain, str(path), MEASURED, task="sst2", data_dir=glue_dir,
                          log=lambda m: None)["measured"] == 1 and timed[count:] == [8]
     assert f"{table.family}|dynamic|s8|h2|f64" in json.load(open(path))["layers"]
+    # several searches' lengths at once (tasks of one family): 30 tokens adds 32 (then 16, kept)
+    done = measure_table(teacher.plain, str(path), MEASURED, task="sst2", data_dir=glue_dir, log=lambda m: None,
+                         seq_lens=[12, 30])
+    assert done["seq_lens"] == [12, 30] and done["entries"] == {"layers": 12, "tokens": 4, "exits": 4}
+    assert done["measured"] == 8 and sorted(set(timed[count + 1:])) == [32]
 
 
 @pytest.fixture
@@ -219,7 +224,9 @@ def test_measure_table_and_search_options_are_refused_in_one_line(capsys, tmp_pa
 
     for args, words in ((["auto", str(tmp_path)], "needs --out"),
                         (["auto", str(tmp_path), "--out", str(tmp_path / "o"), "--target-table", "a.json",
-                          "--latency-table", "b.json"], "not both")):
+                          "--latency-table", "b.json"], "not both"),
+                        (["auto", str(tmp_path), "--out", str(tmp_path / "o"), "--seq-len", "13,54"], "--measure-table only"),
+                        (["auto", str(tmp_path), "--measure-table", "--seq-len", "13,x"], "token counts")):
         with pytest.raises(SystemExit) as exit_info:
             main(args)
         lines = capsys.readouterr().err.strip().splitlines()

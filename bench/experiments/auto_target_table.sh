@@ -20,9 +20,11 @@ MPNET=${MPNET:?MPNET=the MPNet-base folder}
 : "${GLUE_DIR:?GLUE_DIR=the GLUE folder (a few training rows calibrate the INT8 graphs)}"
 PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 mkdir -p "$(dirname "$TABLE")"
+TASKS=(${TASKS:-sst2 mrpc cola})
+lengths=$(for task in "${TASKS[@]}"; do auto_seq $task; done | paste -sd,)
 start=$SECONDS
-for task in ${TASKS:-sst2 mrpc cola}; do
-  "$PYTHON" -m compressor auto "$MPNET" --task $task --measure-table --seq-len "$(auto_seq $task)" \
-    --threads "${THREADS:-1}" "${AUTO_SPACE[@]}" --latency-table "$TABLE"
-done
+# one call for every task's length: each model is exported once (the tasks share the family; the
+# first task's rows calibrate the INT8 graphs)
+"$PYTHON" -m compressor auto "$MPNET" --task "${TASKS[0]}" --measure-table --seq-len "$lengths" \
+  --threads "${THREADS:-1}" "${AUTO_SPACE[@]}" --latency-table "$TABLE"
 echo "target table $TABLE complete for the space of auto_space.sh in $((SECONDS - start)) s"

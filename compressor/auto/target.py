@@ -124,13 +124,16 @@ def check_target_table(config: AutoConfig, teacher: str, task, seq_len: int, log
 
 
 def measure_table(teacher: str, path: Optional[str] = None, config=None, task: Optional[str] = None,
-                  data_dir: Optional[str] = None, log: Optional[Callable] = None, **settings) -> dict:
+                  data_dir: Optional[str] = None, log: Optional[Callable] = None,
+                  seq_lens: Optional[List[int]] = None, **settings) -> dict:
     """On the target machine: measure into the latency table ``path`` (default: this machine's in
     the cache) every entry a search over ``config``'s space can ask for, keeping what is there
     (a stopped measurement resumes), and stop. ``teacher``: the search's teacher or any model of
     its family (its config and tokenizer; the timed models have random weights). ``seq_len`` (a
     setting): the length the search times at; 0 takes the mean of the rows ``teacher`` held out
-    (one fine-tuned with ``--holdout``). Returns ``{path, machine, seq_len, entries, measured}``."""
+    (one fine-tuned with ``--holdout``). ``seq_lens``: several searches' lengths at once (tasks of
+    one family share a table; each model is exported once for all). Returns ``{path, machine,
+    seq_lens, entries, measured}``."""
     from compressor.auto.latency import default_path
     from compressor.auto.study import _mean_tokens
     from compressor.core.data import data_for, holdout, load_data
@@ -149,13 +152,13 @@ def measure_table(teacher: str, path: Optional[str] = None, config=None, task: O
     task_spec, meta = _task_for(folder, task)
     user_data = data_for(folder, task_spec, None)
     max_length = meta.get("max_length", config.max_length)
-    seq_len = config.seq_len
-    if not seq_len:
+    seq_lens = sorted(set(seq_lens or [])) or ([config.seq_len] if config.seq_len else [])
+    if not seq_lens:
         if holdout.record_of(folder)[0] is None:
             raise CompressorError(f"{folder} held no rows out: give --seq-len (the length the search times at, "
                                   "which its report and auto.json give as seq_len)")
-        seq_len = _mean_tokens(folder, holdout.held_rows(folder, task_spec, data_dir, user_data,
-                                                         needs="--measure-table without --seq-len"), max_length)
+        seq_lens = [_mean_tokens(folder, holdout.held_rows(folder, task_spec, data_dir, user_data,
+                                                           needs="--measure-table without --seq-len"), max_length)]
     rows = load_data(task_spec, "train", data_dir, 8, user_data)   # static INT8 calibrates on them
     path = path or config.latency_table or default_path(config.target, config.threads)
     # a model that is not a task checkpoint is given the task's labels: the search's teacher has them
@@ -163,10 +166,14 @@ def measure_table(teacher: str, path: Optional[str] = None, config=None, task: O
     table = LatencyTable(path, folder, task_spec, rows, threads=config.threads, target=config.target,
                          sentences=config.sentences, log=log, num_labels=labels, max_length=max_length)
     shape, depth = teacher_shape(folder)
-    needs = table_needs(config, shape, depth, seq_len)
+    needs: Dict[str, Set[tuple]] = {"layers": set(), "tokens": set(), "exits": set()}
+    for seq_len in seq_lens:
+        for kind, entries in table_needs(config, shape, depth, seq_len).items():
+            needs[kind] |= entries
     lacking = table.missing(**needs)
     total = sum(len(v) for v in needs.values())
-    log(f"latency table {path}: {total} entries for this space at {seq_len} tokens, {len(lacking)} to measure, "
+    lengths = "/".join(map(str, seq_lens))
+    log(f"latency table {path}: {total} entries for this space at {lengths} tokens, {len(lacking)} to measure, "
         f"on {table.describe()}")
     # each model exported once and timed at every length; the file is written after each length and
     # each precision of token pruning's cost and each exit, so a stopped measurement resumes from there
@@ -174,5 +181,5 @@ def measure_table(teacher: str, path: Optional[str] = None, config=None, task: O
     table.ensure_tokens(needs["tokens"])
     table.ensure_exits(needs["exits"])
     log(f"latency table {path}: complete for this space ({total} entries)")
-    return {"path": os.path.abspath(path), "machine": table.machine, "family": table.family, "seq_len": seq_len,
+    return {"path": os.path.abspath(path), "machine": table.machine, "family": table.family, "seq_lens": seq_lens,
             "entries": {k: len(v) for k, v in needs.items()}, "measured": len(lacking)}

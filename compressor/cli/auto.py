@@ -18,6 +18,19 @@ def _ints(text: str) -> list:
     return [int(v) for v in text.split(",") if v.strip()]
 
 
+def _lengths(text: str) -> list:
+    """``--seq-len``: one length or several (comma-separated); 0 (the held-out rows' mean) is none."""
+    from compressor.core.errors import CompressorError
+
+    try:
+        values = _ints(text)
+    except ValueError:
+        raise CompressorError(f"--seq-len {text!r}: give token counts such as 13 or 13,54,11") from None
+    if any(v < 0 for v in values):
+        raise CompressorError(f"--seq-len {text!r}: token counts are not negative")
+    return [v for v in values if v]
+
+
 # option -> (setting, parser) for the search space, given as comma lists
 SPACE = {"heads": _floats, "ffn": _floats, "tokens": _floats, "vocab": _bools, "precisions": _words,
          "layer_rules": _words, "mixed_fp32": _ints, "exits": _words, "exit_targets": _floats}
@@ -43,8 +56,9 @@ def register(cli):
     @click.option("--target-table", default="",
                   help="Another machine's latency table (made there with --measure-table), read only: latencies "
                        "are predicted for that machine, nothing is timed here, the whole-model checks are skipped.")
-    @click.option("--seq-len", type=int, default=0, show_default=True,
-                  help="Tokens the latency is taken at; 0: the held-out rows' mean.")
+    @click.option("--seq-len", default="0", show_default=True,
+                  help="Tokens the latency is taken at; 0: the held-out rows' mean. With --measure-table, "
+                       "several (13,54,11): the lengths of several searches (tasks of one family) at once.")
     @click.option("--device", default="cpu", show_default=True,
                   help="Where importance, exit heads and recovery train: cpu, cuda, cuda:N or auto; with cuda "
                        "and --workers N, local workers take the visible GPUs in turn.")
@@ -119,14 +133,19 @@ def register(cli):
             settings["recover"] = recover_settings(recover)
         for name, parse in SPACE.items():
             settings[name] = parse(settings[name])
+        lengths = _lengths(settings.pop("seq_len"))
         if measure_table:
             from compressor.auto.target import measure_table as measure
 
-            done = measure(model, task=task, data_dir=data_dir, log=lambda msg: click.echo(msg, err=True), **settings)
+            done = measure(model, task=task, data_dir=data_dir, log=lambda msg: click.echo(msg, err=True),
+                           seq_lens=lengths, **settings)
             click.echo(f"latency table: {done['path']} ({sum(done['entries'].values())} entries for this space at "
-                       f"{done['seq_len']} tokens, {done['measured']} measured now); give it to the search "
-                       "elsewhere with --target-table")
+                       f"{'/'.join(map(str, done['seq_lens']))} tokens, {done['measured']} measured now); give it "
+                       "to the search elsewhere with --target-table")
             return
+        if len(lengths) > 1:
+            raise CompressorError("--seq-len takes several lengths with --measure-table only; a search has one")
+        settings["seq_len"] = lengths[0] if lengths else 0
         if not out:
             raise CompressorError("compressor auto needs --out (the search's folder), but with --measure-table")
         report = run_auto(model, out, task=task, data_dir=data_dir, train_limit=train_limit, dev_limit=dev_limit,
