@@ -10,10 +10,12 @@ stopped search resumes). The result is the Pareto front (held-out score x latenc
 fastest candidate inside the budget, verified on dev once and written as a deployable ONNX folder.
 
 ``run_auto(teacher, out, config)`` is the API, ``compressor auto`` the command and ``auto`` the
-recipe stage. Needs the ``auto`` extra: ``pip install 'compressor[auto]'``.
+recipe stage. A search can run on one machine for another: ``measure_table(model, path, config)``
+(``--measure-table``) fills the target's table there, ``target_table`` (``--target-table``) reads
+it elsewhere (:mod:`compressor.auto.target`). Needs the ``auto`` extra: ``pip install 'compressor[auto]'``.
 """
 # imported on first use, so ``compressor --help`` does not load torch or optuna
-_LAZY = {"AutoConfig": "config", "run_auto": "study", "LatencyTable": "latency"}
+_LAZY = {"AutoConfig": "config", "run_auto": "study", "LatencyTable": "latency", "measure_table": "target"}
 __all__ = sorted(_LAZY)
 
 

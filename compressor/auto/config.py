@@ -12,7 +12,9 @@ candidate is scored on the held-out rows as it comes out of the methods (the che
 one whose score already fell more than ``max_drop + prune_margin`` after the PyTorch steps is
 pruned before it is exported. After the search, at most ``recover_candidates`` candidates that may
 enter the front (within ``recover_margin`` points of it) are rebuilt with ``recover`` (pruning's
-recovery training) and rescored.
+recovery training) and rescored. Latency comes from this machine's table (``latency_table``), or
+read only from a table measured on the deployment machine (``target_table``: the search then runs
+elsewhere, a GPU machine, and times nothing).
 """
 from __future__ import annotations
 
