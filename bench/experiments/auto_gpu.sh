@@ -15,7 +15,10 @@
 # colorlog, greenlet; pip download --no-deps --only-binary=:all: --python-version 3.12
 # --platform manylinux2014_x86_64 -d .whl ...). Settings (environment):
 #   LANES "0:sst2 1:mrpc,cola"   the searches side by side: SST-2's teacher alone takes about 4 min
-#   TRIALS 40, BUDGET 5m         each search stops at whichever comes first (then recovery and dev)
+#   TRIALS 40, BUDGET 5m         each search stops at whichever comes first (then recovery and dev);
+#                                40 is a cap: a trial exports MPNet-base and scores ONNX graphs on the
+#                                CPU one sentence at a time (guess: 40-60 s), so 5 minutes is 5-8 trials
+#   SCORE_ROWS_T                 held-out rows a trial is scored on (SST-2 1000 of its 2000; others all)
 #   RECOVER 2, RECOVER_EPOCHS 1  candidates that may enter the front rebuilt with distillation
 #   SCALE_TASK mrpc, SCALE_TRIALS 6, SCALE_GPUS 0,1   the one- against two-worker runs
 #   PHASE all | search | scale   scale alone enqueues the trials of an earlier search if WORK has one
@@ -50,6 +53,8 @@ mkdir -p "$OUT"
 lanes_setup
 cp "$TABLE" "$OUT/target-table.json"
 
+score_rows() { local v=SCORE_ROWS_$1; case $1 in sst2) echo ${!v:-1000};; *) echo ${!v:-0};; esac; }
+
 bring_auto() {  # name: the search's report, front, state and the pick's recipe; no weights
   mkdir -p "$OUT/$1"
   for f in report.json report.md front.png auto.json pick-recipe.yaml recovered.json; do
@@ -63,6 +68,7 @@ auto_run() {  # gpus task name [option...]: compressor auto on WORK/TASK-holdout
   local gpus=$1 task=$2 name=$3; shift 3
   local A=(python3 -m compressor auto "$WORK/$task-holdout" --task $task --data-dir "$GLUE" --out "$WORK/$name"
     --target-table "$TABLE" --device "$DEVICE" --threads 1 --seq-len "$(auto_seq $task)" --max-drop "${MAX_DROP:-1.0}"
+    --score-rows "$(score_rows $task)"
     "${AUTO_SPACE[@]}" $AUTO_LIMITS "$@")
   log "CUDA_VISIBLE_DEVICES=$gpus ${A[*]}"
   local start=$SECONDS rc
