@@ -11,9 +11,11 @@
 #   start: bash bench/experiments/device_detached.sh start 540 ~/res env MPNET=~/mpnet \
 #            bash bench/experiments/auto_gpu.sh ~/glue ~/res
 #   poll:  bash bench/experiments/device_detached.sh poll 540 ~/res
-# It needs optuna there: its wheels in .whl before device_setup.sh (optuna, alembic, sqlalchemy, Mako,
-# colorlog, greenlet; pip download --no-deps --only-binary=:all: --python-version 3.12
-# --platform manylinux2014_x86_64 -d .whl ...). Settings (environment):
+# It needs optuna there: where it is missing, the script installs the wheels in .whl/auto (carry that
+# folder; 4.8 MB: optuna 5.0.0, alembic, sqlalchemy, Mako, colorlog, greenlet for Python 3.12, from
+# pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64
+# --platform manylinux_2_28_x86_64 -d .whl/auto ...) into ~/auto-site, first on PYTHONPATH.
+# Settings (environment):
 #   LANES "0:sst2 1:mrpc,cola"   the searches side by side: SST-2's teacher alone takes about 4 min
 #   TRIALS 40, BUDGET 5m         each search stops at whichever comes first (then recovery and dev);
 #                                40 is a cap: a trial exports MPNet-base and scores ONNX graphs on the
@@ -48,6 +50,10 @@ SCALE_TASK=${SCALE_TASK:-mrpc}; SCALE_TRIALS=${SCALE_TRIALS:-6}; SCALE_GPUS=${SC
 PHASE=${PHASE:-all}; AUTO_LIMITS=${AUTO_LIMITS:-}; RECOVER_ARGS=${RECOVER_ARGS:-}
 PROCS=3   # searches at once
 [ -f "$TABLE" ] || { echo "no target table ${TABLE:-.carry/auto-table/TABLE.json}: measure it on the CPU (auto_target_table.sh)"; exit 1; }
+if ! python3 -c "import optuna" 2>/dev/null && ls .whl/auto/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target ~/auto-site .whl/auto/*.whl
+  export PYTHONPATH=~/auto-site${PYTHONPATH:+:$PYTHONPATH}
+fi
 python3 -c "import optuna" 2>/dev/null || { echo "optuna is not importable: carry its wheels (see the header)"; exit 1; }
 mkdir -p "$OUT"
 lanes_setup
