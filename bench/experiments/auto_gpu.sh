@@ -29,9 +29,11 @@
 # pick-recipe.yaml (the pick's recipe, no weights), the teachers' metrics, logs, commands.txt,
 # scaling.json, target-table.json. Time on two H200s (estimate, no MPNet search has run there yet):
 # teachers 4 min (SST-2; MRPC and CoLA 1-2 min on the other GPU), searches 5 min, their recovery and
-# dev scoring 2-3 min, then the two scaling runs about 3 + 2 min: about 17 minutes.
+# dev scoring 2-3 min, then the two scaling runs about 5 + 3 min (6 trials of 40-60 s): about 20
+# minutes, with no room: if the first poll shows slower trials, lower SCALE_TRIALS, or run the
+# searches (PHASE=search) and the scaling runs (PHASE=scale) in two sessions.
 # Dry run on the CPU (tiny MPNet; its table first, as auto_target_table.sh's header says; with the
-# .venv's python3 first on PATH): the three searches, 3 trials each, 2 minutes each side by side, and
+# .venv's python3 first on PATH): the three searches, 3 trials each, 2-4 minutes side by side, and
 # both scaling runs finished (2 trials: the second worker started after the first had done both).
 #   MPNET=/tmp/tinympnet12h HEADS=0,0.5 FFN=0 bash bench/experiments/auto_target_table.sh /tmp/tiny-table.json
 #   MPNET=/tmp/tinympnet12h HEADS=0,0.5 FFN=0 TABLE=/tmp/tiny-table.json DEVICE=cpu \
