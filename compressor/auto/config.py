@@ -132,7 +132,7 @@ class AutoConfig:
     latency_table: str = ""                                # the table's JSON; "": one per CPU in ~/.cache/compressor
     target_table: str = ""                                 # another machine's table, read only: nothing timed here
     max_length: int = setting(128, check=positive)         # the candidates' sequence length (the teacher's if it says)
-    device: str = "cpu"                                    # where importance is measured
+    device: str = "auto"                                   # where importance is measured (auto: a GPU if there is one)
 
     def __post_init__(self):
         self.recover = from_values(RecoverSettings, self.recover, "recover")

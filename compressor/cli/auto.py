@@ -59,7 +59,7 @@ def register(cli):
     @click.option("--seq-len", default="0", show_default=True,
                   help="Tokens the latency is taken at; 0: the held-out rows' mean. With --measure-table, "
                        "several (13,54,11): the lengths of several searches (tasks of one family) at once.")
-    @click.option("--device", default="cpu", show_default=True,
+    @click.option("--device", default="auto", show_default=True,
                   help="Where importance, exit heads and recovery train: cpu, cuda, cuda:N or auto; with cuda "
                        "and --workers N, local workers take the visible GPUs in turn.")
     @click.option("--score-rows", type=int, default=0, show_default=True,
