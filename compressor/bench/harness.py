@@ -87,6 +87,14 @@ def build(spec: Spec, threads: Optional[int] = None) -> Runner:
     raise CompressorError(f"unknown engine {spec.engine!r}; engines: {', '.join(ENGINES)}")
 
 
+def graph_size(model_file: str) -> int:
+    """Bytes of a graph on disk: the ONNX file, or an OpenVINO IR's model.xml with its weights
+    (model.bin beside it)."""
+    weights = os.path.splitext(model_file)[0] + ".bin"
+    extra = os.path.getsize(weights) if model_file.endswith(".xml") and os.path.isfile(weights) else 0
+    return os.path.getsize(model_file) + extra
+
+
 def _ort_files(spec: Spec) -> tuple:
     """(export folder, graph file or None): an ONNX variant is an export folder, or a peer's
     .onnx file run with the tokenizer of the folder it was made from."""

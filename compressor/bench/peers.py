@@ -25,7 +25,7 @@ from compressor.core.io import atomic_dir
 
 from compressor.core.presets import PRESET_NAMES, PRESETS, detect_preset
 
-from compressor.bench.harness import Spec
+from compressor.bench.harness import Spec, graph_size
 
 PEERS = ("pytorch-fp32", "pytorch-int8", "ort-fp32", "ort-o2", "ort-o2-int8", "inc-int8", "openvino-fp32",
          "openvino-int8")
@@ -100,7 +100,7 @@ def peer_specs(teacher_dir: str, work_dir: str, peers: Sequence[str] = DEFAULT_P
             specs.append(Spec(peer, folder, "openvino", "int8-static" if int8 else "fp32", group="peer",
                               source="OpenVINO IR of the ONNX export" + (", NNCF post-training INT8" if int8 else "")
                               + " (CPU plugin, f32 inference)", parameters=params,
-                              size_bytes=os.path.getsize(os.path.join(folder, "model.bin"))))
+                              size_bytes=graph_size(os.path.join(folder, "model.xml"))))
     return specs
 
 

@@ -13,15 +13,17 @@ from typing import List, Optional, Sequence
 
 from compressor.core.errors import CompressorError
 
-from compressor.bench.harness import ENGINES, BenchConfig, Spec, benchmark, fingerprint, timing_policy
+from compressor.bench.harness import (ENGINES, BenchConfig, Spec, benchmark, fingerprint, graph_size,
+                                      timing_policy)
 from compressor.bench.peers import DEFAULT_PEERS, peer_specs
 
 
 def specs_for(path: str, name: Optional[str] = None, engines: Sequence[str] = ("pytorch",),
               precisions: Sequence[str] = ("fp32",), device: str = "cpu", group: str = "ours",
               source: Optional[str] = None, parameters: Optional[int] = None) -> List[Spec]:
-    """The variants of one model: an export folder runs on onnxruntime, a checkpoint on each
-    PyTorch engine and precision asked for."""
+    """The variants of one model: an export folder runs on onnxruntime, an OpenVINO IR folder on
+    OpenVINO (the engine its kind's loader names), a checkpoint on each PyTorch engine and
+    precision asked for."""
     from compressor.core.models import count_parameters, load_for_task, resolve_model, size_on_disk
 
     from compressor.export.onnx import is_export, read_manifest
@@ -41,14 +43,22 @@ def specs_for(path: str, name: Optional[str] = None, engines: Sequence[str] = ("
         return [Spec(name, path, "onnxruntime", manifest.get("precision", "fp32"), "cpu", group, source,
                      _first(parameters, manifest.get("parameters"), counted),
                      manifest.get("onnx_size_bytes") or sum(os.path.getsize(f) for f in files))]
-    if is_export(path):
+    # a folder that runs on a graph engine (its kind's loader says which): an ONNX export on
+    # onnxruntime, an OpenVINO IR folder on OpenVINO, as the peers of those engines run
+    engine = "onnxruntime" if is_export(path) else _graph_engine(path)
+    if engine is not None:
         if device != "cpu":
-            return []  # this toolkit's onnxruntime runs on the CPU provider only
+            return []  # this toolkit runs graphs on the CPU (onnxruntime's CPU provider, OpenVINO's CPU plugin)
+        if engine == "openvino":   # its worker imports openvino: where it is missing, one line now
+            from compressor.export.openvino_runtime import require
+
+            require("openvino", f"{path} is an OpenVINO IR folder, which")
         manifest = read_manifest(path)
         model = os.path.join(path, manifest.get("model_file", "model.onnx"))
-        return [Spec(name, path, "onnxruntime", manifest.get("precision", "fp32"), "cpu", group, source,
-                     _first(parameters, manifest.get("parameters"), lambda: onnx_parameters(model)),
-                     os.path.getsize(model))]
+        return [Spec(name, path, engine, manifest.get("precision", "fp32"), "cpu", group, source,
+                     _first(parameters, manifest.get("parameters"),
+                            lambda: onnx_parameters(model) if engine == "onnxruntime" else None),
+                     graph_size(model))]
     from compressor.bench.harness import _torch_quantized
 
     quantized = os.path.isdir(path) and _torch_quantized(path)
@@ -156,6 +166,16 @@ def _with_retention(rows: List[dict]) -> List[dict]:
         r["retention"] = round(r["value"] / teacher_value, 4) if teacher_value and r["value"] is not None \
             else None
     return rows
+
+
+def _graph_engine(path: str) -> Optional[str]:
+    """The graph engine a folder's kind runs on (``compressor.core.loaders``), None for a
+    checkpoint; an unknown kind is the loader registry's one line."""
+    from compressor.core.loaders import META_FILE, kind_of, loader_for
+
+    if not os.path.isdir(path):
+        return None   # a hub id: a checkpoint
+    return loader_for(kind_of(path), os.path.join(path, META_FILE)).engine
 
 
 def _first(*values):

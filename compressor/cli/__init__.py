@@ -330,7 +330,8 @@ def eval_(model, task, split, data_dir, limit, batch_size, max_length, device, o
               help="Longest input in tokens [default: the length the model was trained with].")
 @device_option
 @click.option("--onnx", is_flag=True,
-              help="MODEL is an ONNX export folder (compressor export): run it with onnxruntime, no torch.")
+              help="MODEL is an ONNX export folder (compressor export): run it with onnxruntime, no torch "
+                   "(an OpenVINO folder: on OpenVINO).")
 @click.option("--probabilities", is_flag=True,
               help="Also write each class's probability (columns p_LABEL), after the predicted label.")
 def predict(model, input_, out, output, task, text_columns, batch_size, max_length, device, onnx, probabilities):

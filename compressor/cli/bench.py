@@ -48,11 +48,12 @@ def register(cli):
                   help="Hardware preset for ort-o2-int8, as for compressor quantize: avx2, avx512_vnni, amx, arm64, "
                        "auto (from the CPU flags).")
     @click.option("--engines", default="pytorch", show_default=True,
-                  help="PyTorch engines for checkpoints: pytorch, pytorch-compile (export folders run on onnxruntime).")
+                  help="PyTorch engines for checkpoints: pytorch, pytorch-compile (export folders run on "
+                       "onnxruntime, OpenVINO folders on OpenVINO).")
     @click.option("--precisions", default="fp32", show_default=True, help="fp32, bf16, fp16 (CUDA), int8-dynamic.")
     @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
                   help="Where checkpoints run: cpu, cuda or auto (CUDA when present); export folders run "
-                       "on onnxruntime's CPU provider.")
+                       "on onnxruntime's CPU provider, OpenVINO folders on OpenVINO's CPU plugin.")
     @threads_option("CPU threads to time with, a comma list: each count is measured in turn, e.g. 1,4.",
                     default="1")
     @click.option("--sentences", type=int, default=200, show_default=True, help="Dev sentences timed at batch 1.")

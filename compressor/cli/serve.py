@@ -39,12 +39,13 @@ def register(cli):
         "compressor serve runs/int8 --port 8000",
         "compressor serve runs/int8 --host 0.0.0.0 --max-batch 16 --max-wait-ms 10 --threads 2"))
     @click.argument("folder", type=click.Path(file_okay=False))
-    @threads_option("onnxruntime threads for the model [default: OMP_NUM_THREADS, else onnxruntime's].",
+    @threads_option("Threads for the model (onnxruntime's, or OpenVINO's for an OpenVINO folder) "
+                    "[default: OMP_NUM_THREADS, else the engine's].",
                     several=False)
     @_config_options
     def serve_cmd(folder, threads, **settings):
-        """Serve an ONNX export folder over HTTP: POST /predict (Hugging Face's text-classification
-        JSON), /health, /ready, /metrics (Prometheus); dynamic batching; no torch."""
+        """Serve an ONNX export folder (or an OpenVINO one) over HTTP: POST /predict (Hugging Face's
+        text-classification JSON), /health, /ready, /metrics (Prometheus); dynamic batching; no torch."""
         from compressor.core.settings import from_values
         from compressor.serve.config import ServeConfig
         from compressor.serve.server import serve

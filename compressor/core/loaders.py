@@ -8,7 +8,8 @@ that rebuilds the model; for kind ``hf`` its ``shape`` says what
      "task": "sst2", "task_spec": {...}, "max_length": 128, "labels": [...], "made_by": "..."}
 
 Kinds today: ``hf`` (a transformers encoder, any per-layer shape), ``small``
-(a BiLSTM/CNN student), ``torch-quantized``, ``onnx`` (an export). Each method
+(a BiLSTM/CNN student), ``torch-quantized``, ``onnx`` (an export), ``openvino`` (an
+OpenVINO IR folder), the early-exit and token-pruning kinds. Each method
 registers its loader beside its own code, and returns ``(model, tokenizer)``::
 
     @register_loader("small")
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 from compressor.core.errors import CompressorError
 from compressor.core.registry import Registry
@@ -39,6 +40,8 @@ class Loader:
     load: Callable        # (path, task=None, **options) -> (model, tokenizer)
     pytorch: bool         # gives a torch module holding its weights (training and distillation need one)
     describe: str         # what such a folder is, in an error message
+    engine: Optional[str] = None   # the graph engine that runs such a folder without torch (onnxruntime,
+                                   # openvino): what the benchmark times it on; None for a PyTorch kind
 
 
 # the default kinds (hf, small) register when compressor.core.models is imported; every other
@@ -46,15 +49,17 @@ class Loader:
 _LOADERS = Registry("folder kind", module="loader")
 
 
-def register_loader(kind: str, pytorch: bool = True, describe: str = ""):
+def register_loader(kind: str, pytorch: bool = True, describe: str = "", engine: Optional[str] = None):
     """Register ``fn(path, task=None, **options) -> (model, tokenizer)`` for folders of ``kind``.
 
     Options a loader does not use it ignores (``attn_implementation``, say).
     ``pytorch=False`` marks a kind that only runs (an ONNX graph): it is
-    refused where a PyTorch checkpoint's weights are needed.
+    refused where a PyTorch checkpoint's weights are needed. ``engine`` names the graph
+    engine such a folder runs on (``onnxruntime``, ``openvino``): ``compressor bench`` times
+    the folder on it, as it times the peers.
     """
     def register(fn: Callable) -> Callable:
-        _LOADERS.register(kind)(Loader(kind, fn, pytorch, describe or f"a '{kind}' folder"))
+        _LOADERS.register(kind)(Loader(kind, fn, pytorch, describe or f"a '{kind}' folder", engine))
         return fn
     return register
 

@@ -1,4 +1,5 @@
-"""An ONNX export as ``compressor.core.models.load_for_task`` gives it: kind ``onnx``.
+"""An ONNX export as ``compressor.core.models.load_for_task`` gives it: kind ``onnx``; an
+OpenVINO IR folder (``compressor export --format openvino``): kind ``openvino``.
 
 ``load_for_task(EXPORT, pytorch=False)`` returns an :class:`OnnxClassifier` and
 a :class:`GraphTokenizer`, both over the export's ``Predictor``: the tokenizer
@@ -7,7 +8,8 @@ classifier does and returns ``.logits``. So ``eval`` and ``predict`` score every
 kind of folder on one path, and an export scores what ``score_onnx`` (and the
 quantize stage and the benchmark) report: one sentence at a time, unpadded, as
 the export is deployed and timed (dynamic INT8 takes activation ranges over the
-whole input, so padding would change its scores).
+whole input, so padding would change its scores). An OpenVINO folder is the same
+classifier over the ``OpenVINOPredictor`` (``import openvino`` only when one is read).
 """
 from __future__ import annotations
 
@@ -20,11 +22,23 @@ from compressor.core.errors import CompressorError
 from compressor.core.loaders import register_loader
 
 
-@register_loader("onnx", pytorch=False, describe="an ONNX export")
+@register_loader("onnx", pytorch=False, describe="an ONNX export", engine="onnxruntime")
 def load_export(path: str, task=None, **_):
     from compressor.export.runtime import Predictor
 
-    predictor = Predictor(path)  # the toolkit's one way to tokenise for and run a graph
+    return _classifier(path, Predictor(path), task)  # the toolkit's one way to tokenise for and run a graph
+
+
+@register_loader("openvino", pytorch=False, engine="openvino",
+                 describe="an OpenVINO IR folder (compressor export --format openvino)")
+def load_openvino(path: str, task=None, **_):
+    from compressor.export.openvino_runtime import OpenVINOPredictor, require
+
+    require("openvino", f"{path} is an OpenVINO IR folder, which")   # one line where the extra is missing
+    return _classifier(path, OpenVINOPredictor(path), task)
+
+
+def _classifier(path: str, predictor, task) -> tuple:
     model = OnnxClassifier(predictor)
     if task is not None and model.config.num_labels != task.num_labels:
         raise CompressorError(f"{path} classifies into {model.config.num_labels} labels but task "
@@ -55,11 +69,10 @@ class GraphTokenizer:
 class OnnxClassifier(torch.nn.Module):
     """The ``model.onnx`` of an export folder behind a classifier's call: ids in, ``.logits`` out."""
 
-    engine = "onnxruntime"
-
     def __init__(self, predictor):
         super().__init__()
         self.predictor = predictor
+        self.engine = getattr(predictor, "engine", "onnxruntime")   # what a record says ran it
         labels, regression = self.predictor.labels, self.predictor.regression
         num_labels = 1 if regression else len(labels or []) or 2
         # what scoring reads off a classifier's config (segment ids: only where the graph takes them)

@@ -20,12 +20,12 @@ INSTALL = "pip install 'compressor[openvino]'"
 INFERENCE_PRECISIONS = ("f32", "default")
 
 
-def require(module: str = "openvino"):
-    """Import ``openvino`` or ``nncf``, or one line saying how to install them."""
+def require(module: str = "openvino", what: str = "the OpenVINO target"):
+    """Import ``openvino`` or ``nncf``, or one line saying ``what`` needs them and how to install them."""
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ExportError(f"the OpenVINO target needs {module}: {INSTALL}") from None
+        raise ExportError(f"{what} needs {module}: {INSTALL}") from None
 
 
 class _CompiledSession:
