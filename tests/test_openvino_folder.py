@@ -114,3 +114,12 @@ def test_eval_predict_and_serve_take_the_folder(ov_dir, export_dir, glue_dir, tm
     with TestClient(create_app(ov_dir)) as c:
         answer = c.post("/predict", json={"inputs": "a fine , warm film"}).json()
     assert answer[0]["label"] == first
+
+
+def test_report_on_the_folder_says_to_benchmark_it_first(ov_dir, export_dir):
+    from compressor.bench.report import collect
+
+    with pytest.raises(CompressorError, match=r"is an OpenVINO IR folder .*not a run folder; benchmark it first"):
+        collect([ov_dir])
+    with pytest.raises(CompressorError, match="is an ONNX export, not a run folder"):
+        collect([export_dir])

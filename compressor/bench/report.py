@@ -69,6 +69,16 @@ def _file_rows(path: str) -> List[dict]:
     return out
 
 
+def _folder_kind(folder: str) -> str:
+    """What a folder holds, in words (its kind's loader), for an error message."""
+    from compressor.core.loaders import META_FILE, kind_of, loader_for
+
+    try:
+        return loader_for(kind_of(folder), os.path.join(folder, META_FILE)).describe
+    except CompressorError:
+        return "a folder whose manifest.json is not a run's"
+
+
 def _run_rows(folder: str) -> List[dict]:
     manifest_file = os.path.join(folder, "manifest.json")
     if not os.path.isfile(manifest_file):
@@ -78,6 +88,10 @@ def _run_rows(folder: str) -> List[dict]:
             raise CompressorError(f"report: {folder} holds neither a run (manifest.json) nor results files")
         return [r for f in docs for r in _file_rows(f)]
     manifest = read_json(manifest_file)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("stages"), list):
+        # a model folder (an ONNX export, an OpenVINO IR folder) keeps a manifest.json too
+        raise CompressorError(f"report: {folder} is {_folder_kind(folder)}, not a run folder; benchmark it "
+                              f"first (compressor bench {folder} --out OUT) and report on OUT")
     teacher = next((s for s in manifest["stages"] if s.get("stage") == "teacher"), None)
     teacher_value = teacher.get("score") if teacher else None
     command = run_command(manifest.get("source"), folder)
