@@ -373,3 +373,18 @@ stages:
     q = by["01-quantize_torch"]
     assert q["extra"]["precision"].startswith("int8") and q["latency_ms"]["p50"] > 0
     assert q["parameters"] == by["00-teacher"]["parameters"] and q["value"] is not None
+
+
+@pytest.mark.unit
+def test_a_graph_folder_in_a_cuda_run_is_left_out_with_a_line(export_dir, monkeypatch):
+    """Graphs run on the CPU only: a --device cuda run says it leaves an export folder out."""
+    import torch
+
+    from compressor.bench.suite import run_benchmark
+    from compressor.core.errors import CompressorError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    said = []
+    with pytest.raises(CompressorError, match="nothing to benchmark"):
+        run_benchmark([export_dir], device="cuda", log=said.append)
+    assert any(export_dir in m and "left out of this --device cuda run" in m for m in said), said

@@ -443,7 +443,7 @@ def test_a_folder_the_runtime_cannot_run_is_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "compressor", "serve", str(tmp_path / "empty"), "--port", "0"],
                          capture_output=True, text=True, cwd=ROOT)
     lines = out.stderr.strip().splitlines()
-    assert out.returncode == 1 and len(lines) == 1 and "not an ONNX export folder" in lines[0], out.stderr
+    assert out.returncode == 1 and len(lines) == 1 and "export folder (no manifest.json)" in lines[0], out.stderr
 
 
 @pytest.mark.e2e

@@ -125,7 +125,11 @@ def run_benchmark(models: Sequence[str] = (), teacher: Optional[str] = None,
         name, _, path = item.rpartition("=") if "=" in item else (None, "", item)
         if not os.path.exists(path):
             raise CompressorError(f"model not found: {path}")
-        specs += specs_for(path, name or None, engines, precisions, device)
+        found = specs_for(path, name or None, engines, precisions, device)
+        if not found:   # a graph folder: this toolkit runs graphs on the CPU only
+            log(f"{path} is a graph folder (ONNX or OpenVINO), run on the CPU only: left out of this "
+                f"--device {device} run (bench it with --device cpu)")
+        specs += found
     if teacher and "pytorch-fp32" in peers and any(s.group == "teacher" and s.engine == "pytorch"
                                                    and s.precision == "fp32" for s in specs):
         # the teacher in eager FP32 is that peer: time it once
@@ -136,6 +140,8 @@ def run_benchmark(models: Sequence[str] = (), teacher: Optional[str] = None,
     task_spec = dev.task if dev is not None and task is None else _task_for(_model_folder(first), task)[0]
     if dev is None:   # before the peers are made: a dev file that is not there is one line at once
         dev = load_for_model(_model_folder(first), task_spec, "dev", data_dir, None, user_data)
+    if teacher and peers and device != "cpu":
+        log(f"the peers ({', '.join(peers)}) run on the CPU only: left out of this --device {device} run")
     if teacher and peers and device == "cpu":
         work_dir = work_dir or os.path.join(os.path.dirname(os.path.abspath(out or "bench")), "peers")
         log(f"preparing peers ({', '.join(peers)}) under {work_dir}")

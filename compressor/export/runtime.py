@@ -72,7 +72,7 @@ class Predictor:
                  model_file: Optional[str] = None, spinning: bool = True, profile: Optional[str] = None):
         manifest_file = os.path.join(folder, "manifest.json")
         if not os.path.isfile(manifest_file):
-            raise ExportError(f"{folder} is not an ONNX export folder (no manifest.json)")
+            raise ExportError(f"{folder} is not an ONNX or OpenVINO export folder (no manifest.json)")
         self.manifest = read_manifest(manifest_file)
         self.labels = self.manifest.get("labels")
         self.regression = bool(self.manifest.get("regression"))
