@@ -48,3 +48,28 @@ def test_redistill_trains_the_pruned_student_again_without_attention_scores():
     assert again["student"] == {"kind": "input"} and "attention" not in again["losses"]
     assert again["losses"]["task"] == 1.0
     assert doc["stages"][kinds.index("prune")]["prune"]["recover"] == {"mode": "none"}
+
+
+def test_the_chain_table_gives_each_stage_per_task_and_the_glue5_mean(tmp_path):
+    import json
+
+    from bench.experiments.accuracy_ablation import chain_tables, summarise
+
+    teachers = {"cola": 50.0, "mrpc": 90.0, "rte": 70.0, "sst2": 90.0, "stsb": 100.0}
+    for task, teacher in teachers.items():
+        (tmp_path / task).mkdir()
+        (tmp_path / task / "teacher-holdout-metrics.json").write_text(json.dumps({"score": teacher}))
+        for folder, share in (("02-distill", 1.0), ("03-prune", 0.9), ("05-quantize", 0.8)):
+            stage = tmp_path / f"{task}-task2-b256" / folder
+            stage.mkdir(parents=True)
+            record = {"score": teacher * share}
+            if task == "cola":
+                record["holdout"] = {"score": 40.0, "retention": 0.8}
+            (stage / "record.json").write_text(json.dumps(record))
+    text = chain_tables(summarise(str(tmp_path)))
+    lines = text.splitlines()
+    assert lines[2] == "| stage | cola | mrpc | rte | sst2 | stsb | GLUE-5 |"
+    assert lines[4] == "| held-out teacher | 50.00 | 90.00 | 70.00 | 90.00 | 100.00 | 80.00 |"
+    quantize = next(line for line in lines if line.startswith("| quantize"))
+    assert quantize.startswith("| quantize | 40.00 (80.0%); held-out 80.0% | 72.00 (80.0%)")
+    assert quantize.endswith("| 64.00 (80.0%) |")

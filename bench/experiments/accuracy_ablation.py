@@ -271,6 +271,63 @@ def _pct(value) -> str:
     return "-" if value is None else f"{value:.1f}%"
 
 
+CHAIN_STAGES = ("distill", "prune", "quantize")   # the student, the pruned student, the graph a user ships
+GLUE5 = ("cola", "mrpc", "rte", "sst2", "stsb")
+
+
+def _chain_stages(run: str, teacher_score: float) -> dict:
+    """The dev (and held-out) score of a run's last distill, prune and quantize stages."""
+    found = {}
+    for kind in CHAIN_STAGES:
+        record = _stage_record(run, kind)
+        if not record or record.get("score") is None:
+            continue
+        held = record.get("holdout") or {}
+        found[kind] = {"score": round(record["score"], 2), "retention": _share(record["score"], teacher_score),
+                       "holdout": round(held["score"], 2) if held.get("score") is not None else None,
+                       "holdout_retention": round(100 * held["retention"], 1) if held.get("retention") else None}
+    return found
+
+
+def chain_tables(tasks: dict) -> str:
+    """Per variant that ran on two tasks or more: each chain stage's dev score (share of the
+    teacher) per task, and on all five GLUE tasks their mean against the teachers' mean."""
+    order = [t for t in GLUE5 if t in tasks] + [t for t in tasks if t not in GLUE5]
+    out = []
+    for name in VARIANTS:
+        ran = [t for t in order if (tasks[t]["variants"].get(name) or {}).get("stages")]
+        if len(ran) < 2:
+            continue
+        glue5 = all(t in ran for t in GLUE5)
+        lines = [f"### {name}: each stage", "",
+                 "| stage | " + " | ".join(ran) + (" | GLUE-5 |" if glue5 else " |"),
+                 "|---|" + "---:|" * (len(ran) + glue5),
+                 "| held-out teacher | " + " | ".join(f"{tasks[t]['teacher']:.2f}" for t in ran)
+                 + (f" | {sum(tasks[t]['teacher'] for t in GLUE5) / 5:.2f} |" if glue5 else " |")]
+        for kind in CHAIN_STAGES:
+            cells, scores = [], []
+            for t in ran:
+                stage = tasks[t]["variants"][name]["stages"].get(kind)
+                if stage is None:
+                    cells.append("-")
+                    continue
+                scores.append(stage["score"])
+                cell = f"{stage['score']:.2f} ({_pct(stage['retention'])})"
+                if stage.get("holdout") is not None:
+                    cell += f"; held-out {_pct(stage.get('holdout_retention'))}"
+                cells.append(cell)
+            mean = ""
+            if glue5:
+                if len(scores) == 5:
+                    teachers = sum(tasks[t]["teacher"] for t in GLUE5) / 5
+                    mean = f" | {sum(scores) / 5:.2f} ({_pct(_share(sum(scores) / 5, teachers))})"
+                else:
+                    mean = " | -"
+            lines.append(f"| {kind} | " + " | ".join(cells) + mean + " |")
+        out += lines + [""]
+    return "\n".join(out)
+
+
 def summarise(root: str) -> dict:
     tasks = {}
     for task in sorted(os.listdir(root)):
@@ -289,6 +346,7 @@ def summarise(root: str) -> dict:
             if held.get("score") is not None:   # runs since the runner scores the held-out rows too
                 row["holdout"] = round(held["score"], 2)
                 row["holdout_retention"] = round(100 * held["retention"], 1) if held.get("retention") else None
+            row["stages"] = _chain_stages(os.path.join(root, f"{task}-{name}"), teacher["score"])
             if kind == "quantize":
                 row["method"] = record.get("method") or (record.get("config") or {}).get("method")
             rows[name] = row
@@ -342,6 +400,9 @@ def main(argv=None) -> None:
         json.dump(doc, f, indent=1)
         f.write("\n")
     text = table(tasks)
+    stages = chain_tables(tasks)
+    if stages:
+        text += "\n\n## The chain's stages\n\n" + stages
     with open(os.path.join(root, "summary.md"), "w") as f:
         f.write("# Issue 32 ablation (dev scores, each taken once; share of the held-out teacher; where "
                 "recorded, the score on the teacher's held-out rows, on which a choice between variants is made)\n\n"
