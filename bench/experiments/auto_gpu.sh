@@ -27,7 +27,12 @@
 #   TABLE .carry/auto-table/TABLE.json; auto_space.sh's space and lengths (HEADS, PRECISIONS, SEQ_T...)
 # What comes back to OUT: each search's report.json, report.md, front.png, auto.json and
 # pick-recipe.yaml (the pick's recipe, no weights), the teachers' metrics, logs, commands.txt,
-# scaling.json, target-table.json. Time on two H200s (estimate, no MPNet search has run there yet):
+# scaling.json, target-table.json. The picks' graphs, to be timed on the 2-core CPU beside the
+# hand-written chains, come back afterwards in parts, while the machine is still warm:
+#   cd ~/acc (WORK) && bash ~/snap/bench/experiments/device_bring_back.sh pack picks */pick
+#   bash ~/snap/bench/experiments/device_bring_back.sh give picks 0     (then 1, 2, ...: one call each)
+#   here: bash bench/experiments/device_bring_back.sh unpack runs/auto-picks /work/.device/N ...
+# Time on two H200s (estimate, no MPNet search has run there yet):
 # teachers 4 min (SST-2; MRPC and CoLA 1-2 min on the other GPU), searches 5 min, their recovery and
 # dev scoring 2-3 min, then the two scaling runs about 5 + 3 min (6 trials of 40-60 s): about 20
 # minutes, with no room: if the first poll shows slower trials, lower SCALE_TRIALS, or run the
