@@ -71,10 +71,10 @@ def _file_rows(path: str) -> List[dict]:
 
 def _folder_kind(folder: str) -> str:
     """What a folder holds, in words (its kind's loader), for an error message."""
-    from compressor.core.loaders import META_FILE, kind_of, loader_for
+    from compressor.core.loaders import loader_of
 
     try:
-        return loader_for(kind_of(folder), os.path.join(folder, META_FILE)).describe
+        return loader_of(folder).describe
     except CompressorError:
         return "a folder whose manifest.json is not a run's"
 

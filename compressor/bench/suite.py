@@ -177,11 +177,11 @@ def _with_retention(rows: List[dict]) -> List[dict]:
 def _graph_engine(path: str) -> Optional[str]:
     """The graph engine a folder's kind runs on (``compressor.core.loaders``), None for a
     checkpoint; an unknown kind is the loader registry's one line."""
-    from compressor.core.loaders import META_FILE, kind_of, loader_for
+    from compressor.core.loaders import loader_of
 
     if not os.path.isdir(path):
         return None   # a hub id: a checkpoint
-    return loader_for(kind_of(path), os.path.join(path, META_FILE)).engine
+    return loader_of(path).engine
 
 
 def _first(*values):

@@ -76,6 +76,11 @@ def loader_for(kind: str, where: str) -> Loader:
     return _LOADERS[kind]
 
 
+def loader_of(path: str) -> Loader:
+    """The loader of the folder's kind (``kind_of``); an unknown kind is one line naming its file."""
+    return loader_for(kind_of(path), os.path.join(path, META_FILE))
+
+
 def read_meta(path: str) -> dict:
     """The toolkit's own notes about a checkpoint, or {} for a foreign one."""
     file = os.path.join(path, META_FILE)

@@ -31,7 +31,7 @@ from compressor.core.hub import (
     write_loading_files,
     write_model_card,
 )
-from compressor.core.loaders import META_FILE, kind_of, loader_for, read_meta, register_loader
+from compressor.core.loaders import META_FILE, loader_of, read_meta, register_loader
 from compressor.core.shapes import build_model, is_plain, shape_of, without_aliases
 
 
@@ -105,7 +105,7 @@ def checkpoint_meta(task, max_length: int, made_by: str, **extra) -> dict:
 
 def _loader(path: str, pytorch: bool):
     """The loader for the folder's kind; one line where PyTorch weights are needed and it has none."""
-    loader = loader_for(kind_of(path), os.path.join(path, META_FILE))
+    loader = loader_of(path)
     if pytorch and not loader.pytorch:
         source = read_meta(path).get("source")
         instead = f"the checkpoint it was made from ({source})" if source and os.path.isdir(source) \
