@@ -366,18 +366,12 @@ def _check_teacher(recipe: Recipe, source: str) -> None:
 
 def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
     """Fine-tune the base model, or score the given checkpoint, to fix the teacher's score."""
-    from compressor.core.device import resolve_device
     from compressor.core.metrics import task_score
     from compressor.core.models import load_for_task
-    from compressor.engine.scoring import score, scored_before
 
     if recipe.teacher_finetune is None:
         net, tokenizer = load_for_task(ctx.model_dir, ctx.task)
-        max_length = read_meta(ctx.model_dir).get("max_length", 128)
-        device = resolve_device(recipe.device)
-        dev = ctx.split("dev")
-        metrics = scored_before(ctx.model_dir, dev, max_length, device, lambda: score(
-            net.to(device), tokenizer, dev, max_length, device=device, desc="score teacher"))
+        metrics = _scored(ctx.model_dir, ctx, ctx.split("dev"), "score teacher", (net, tokenizer))
         return {"model_dir": ctx.model_dir, "metrics": metrics, "split": "dev",
                 "score": task_score(ctx.task, metrics), "parameters": count_parameters(net),
                 "size_bytes": size_on_disk(ctx.model_dir)}
@@ -387,22 +381,33 @@ def _teacher(ctx: StageContext, recipe: Recipe) -> dict:
     return {**result, "train_examples": len(ctx.split("train"))}
 
 
-def _held_out_score(model_dir: str, ctx: StageContext, teacher_held: Optional[float]) -> Optional[dict]:
-    """The model's score on the teacher's held-out rows (None when the teacher held none out),
-    on the path dev is scored on (an ONNX graph in onnxruntime), on the recipe's device."""
+def _scored(model_dir: str, ctx: StageContext, rows, desc: str, model=None) -> dict:
+    """The metrics of the model in ``model_dir`` on ``rows`` at its max_length, on the recipe's
+    device, on the path dev is scored on (an ONNX graph in onnxruntime), kept in the score cache
+    (``$COMPRESSOR_SCORE_CACHE``); ``model``: its (net, tokenizer) if loaded already, else it is
+    loaded only when the cache does not have the score."""
     from compressor.core.device import resolve_device
-    from compressor.core.metrics import task_score
     from compressor.core.models import load_for_task
     from compressor.engine.scoring import score, scored_before
+
+    max_length = read_meta(model_dir).get("max_length", 128)
+    device = resolve_device(ctx.recipe.device)
+
+    def compute():
+        net, tokenizer = model or load_for_task(model_dir, ctx.task, pytorch=False)
+        return score(net.to(device), tokenizer, rows, max_length, device=device, desc=desc)
+
+    return scored_before(model_dir, rows, max_length, device, compute)
+
+
+def _held_out_score(model_dir: str, ctx: StageContext, teacher_held: Optional[float]) -> Optional[dict]:
+    """The model's score on the teacher's held-out rows (None when the teacher held none out)."""
+    from compressor.core.metrics import task_score
 
     held = ctx.held_out()
     if held is None or not len(held):
         return None
-    net, tokenizer = load_for_task(model_dir, ctx.task, pytorch=False)
-    max_length = read_meta(model_dir).get("max_length", 128)
-    device = resolve_device(ctx.recipe.device)
-    metrics = scored_before(model_dir, held, max_length, device, lambda: score(
-        net.to(device), tokenizer, held, max_length, device=device, desc="score held-out rows"))
+    metrics = _scored(model_dir, ctx, held, "score held-out rows")
     value = task_score(ctx.task, metrics)
     result = {"metrics": metrics, "score": value, "rows": len(held)}
     if teacher_held:
