@@ -282,11 +282,18 @@ def _chain_stages(run: str, teacher_score: float) -> dict:
         record = _stage_record(run, kind)
         if not record or record.get("score") is None:
             continue
-        held = record.get("holdout") or {}
+        holdout, share = _held(record)
         found[kind] = {"score": round(record["score"], 2), "retention": _share(record["score"], teacher_score),
-                       "holdout": round(held["score"], 2) if held.get("score") is not None else None,
-                       "holdout_retention": round(100 * held["retention"], 1) if held.get("retention") else None}
+                       "holdout": holdout, "holdout_retention": share}
     return found
+
+
+def _held(record: dict) -> tuple:
+    """A stage's score on the teacher's held-out rows and its share of the teacher's there (%),
+    each None where the record has none (runs before the runner scored those rows)."""
+    held = record.get("holdout") or {}
+    score = round(held["score"], 2) if held.get("score") is not None else None
+    return score, round(100 * held["retention"], 1) if held.get("retention") else None
 
 
 def chain_tables(tasks: dict) -> str:
@@ -342,10 +349,9 @@ def summarise(root: str) -> dict:
             row = {"what": what, "stage": kind, "score": round(record["score"], 2),
                    "retention": _share(record["score"], teacher["score"]),
                    "wall_time_s": record.get("wall_time_s")}
-            held = record.get("holdout") or {}
-            if held.get("score") is not None:   # runs since the runner scores the held-out rows too
-                row["holdout"] = round(held["score"], 2)
-                row["holdout_retention"] = round(100 * held["retention"], 1) if held.get("retention") else None
+            holdout, share = _held(record)
+            if holdout is not None:   # runs since the runner scores the held-out rows too
+                row["holdout"], row["holdout_retention"] = holdout, share
             row["stages"] = _chain_stages(os.path.join(root, f"{task}-{name}"), teacher["score"])
             if kind == "quantize":
                 row["method"] = record.get("method") or (record.get("config") or {}).get("method")
