@@ -106,6 +106,14 @@ def _prune_steps(steps: int):
     return edit
 
 
+def _prune_amount(heads: float, ffn: float):
+    """The share of heads and of FFN neurons the prune stage removes."""
+    def edit(doc):
+        prune = _stage(doc, "prune")
+        prune["heads"], prune["ffn"] = heads, ffn
+    return edit
+
+
 def _redistill(doc: dict) -> None:
     """After pruning (no recovery of its own), the pruned student goes through the distillation's
     whole schedule again: its intermediate phase (hidden states and embeddings; the attention
@@ -218,6 +226,12 @@ VARIANTS = {
     "task2-iter2": ("task2-b256's student pruned in 2 steps (a quarter, then the next quarter), recovering after each",
                     [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _prune_steps(2)], "task2-b256", "prune",
                     ("task2-b256", "02-distill", True)),
+    "task2-h25": ("task2-b256's student with a quarter of its heads pruned (not half), half its FFN neurons",
+                  [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _prune_amount(0.25, 0.5)], "task2-b256",
+                  "prune", ("task2-b256", "02-distill", True)),
+    "task2-f25": ("task2-b256's student with half its heads pruned, a quarter of its FFN neurons (not half)",
+                  [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _prune_amount(0.5, 0.25)], "task2-b256",
+                  "prune", ("task2-b256", "02-distill", True)),
     "task2-redistill": ("task2-b256's student pruned without recovery, then distilled again with the whole "
                         "schedule (5 + 3 epochs; hidden states, embeddings, soft targets and labels) into its new shape",
                         [_batch(256, 2.0), _task_loss(1.0), _redistill], "task2-b256", "distill",
