@@ -16,7 +16,8 @@
 # TOKENS_AFTER="rte mrpc" (default none): on those tasks, once the chain variant's pruned student is
 # written, recipes/mpnet/tokens-after-chain.yaml runs on it as TASK-tokens (issue 33's tuned token
 # search on top of the chain), on the task's GPU. TOKENS_VARIANT (default chain): the variant whose
-# pruned student it starts from.
+# pruned student it starts from. TOKENS_RECIPE_VARIANT (default none): a variant applied to the
+# token recipe itself (q0: its INT8 chosen on the measured drop).
 # Estimate from bench/results/accuracy-glue5-h200x2 (two runs per GPU: CoLA 123 s per intermediate
 # epoch over 161k rows and 75 s per prediction epoch; RTE and MRPC distillation 256 and 412 s,
 # prune with 2 epochs 118 and 186 s; INT8 on the CPU 100-170 s), taking a GPU alone as twice one
@@ -62,7 +63,7 @@ ablation_lane() {  # gpu task
   done
   local tbase=${TOKENS_VARIANT:-chain}
   if [[ " ${TOKENS_AFTER:-} " == *" $task "* ]] && [ -n "${pid[$tbase]:-}" ]; then
-    local tokens; tokens=$(recipe_copy recipes/mpnet/tokens-after-chain.yaml $task-tokens)
+    local tokens; tokens=$(recipe_copy recipes/mpnet/tokens-after-chain.yaml $task-tokens ${TOKENS_RECIPE_VARIANT:-})
     ( wait_for "$WORK/$task-$tbase/03-prune" ${pid[$tbase]} || { echo "SKIPPED $task-tokens: $task-$tbase has no 03-prune" >> "$OUT/logs/failed.txt"; exit 1; }
       start_run $gpu $task "$tokens" $task-tokens "$WORK/$task-$tbase/03-prune"; wait $! ) &
     pid[tokens]=$!; runs+=($task-tokens); names+=(tokens)
