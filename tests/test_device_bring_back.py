@@ -23,14 +23,14 @@ def test_parts_given_over_two_calls_join_into_the_same_files(tmp_path):
     (model / "manifest.json").write_text("{}")
     home = tmp_path / "home"
     packed = bring_back("pack", "int8", "05-quantize", cwd=tmp_path / "run", home=home)
-    assert packed.returncode == 0 and "11 parts" in packed.stdout and "2 call(s)" in packed.stdout, packed.stderr
-    calls = [tmp_path / "call0", tmp_path / "call1"]
+    assert packed.returncode == 0 and "11 parts" in packed.stdout and "3 call(s)" in packed.stdout, packed.stderr
+    calls = [tmp_path / "call0", tmp_path / "call1", tmp_path / "call2"]
     for i, out in enumerate(calls):
         out.mkdir()
         assert bring_back("give", "int8", str(i), cwd=tmp_path, home=home, out=out).returncode == 0
-    assert len(os.listdir(calls[0])) == 8 and "int8.sha256.txt" in os.listdir(calls[1])
+    assert len(os.listdir(calls[0])) == 4 and "int8.sha256.txt" in os.listdir(calls[2])
     # the calls' folders in any order
-    done = bring_back("unpack", str(tmp_path / "back"), str(calls[1]), str(calls[0]), cwd=tmp_path, home=home)
+    done = bring_back("unpack", str(tmp_path / "back"), str(calls[2]), str(calls[1]), str(calls[0]), cwd=tmp_path, home=home)
     assert done.returncode == 0 and "sha256 checked" in done.stdout, done.stderr
     back = tmp_path / "back" / "05-quantize"
     assert (back / "model.onnx").read_bytes() == (model / "model.onnx").read_bytes()
@@ -38,5 +38,7 @@ def test_parts_given_over_two_calls_join_into_the_same_files(tmp_path):
     again = bring_back("unpack", str(tmp_path / "back"), str(calls[0]), cwd=tmp_path, home=home)
     assert again.returncode == 2 and "exists" in again.stderr
     os.remove(calls[0] / "int8.part.003")
-    cut = bring_back("unpack", str(tmp_path / "cut"), str(calls[0]), str(calls[1]), cwd=tmp_path, home=home)
-    assert cut.returncode == 1 and "a part is missing or cut" in cut.stderr and not (tmp_path / "cut").exists()
+    for given in (calls, calls[:2]):   # with the sha256 file, and without it (the last call lost)
+        cut = bring_back("unpack", str(tmp_path / "cut"), *map(str, given), cwd=tmp_path, home=home)
+        assert cut.returncode == 1 and "a part is missing or cut" in cut.stderr and not (tmp_path / "cut").exists()
+        assert not (tmp_path / "cut.tmp").exists()

@@ -1,12 +1,12 @@
 #!/bin/bash
 # Models trained on the GPU machine, brought back to this machine in parts (the device tool returns
-# at most 8 files of 16 MiB from one call): a pick of `compressor auto`, a chain's INT8 graph, to be
+# at most 64 MiB from one call: four parts of 15 MiB; a fifth is left out as over the total): a pick of `compressor auto`, a chain's INT8 graph, to be
 # timed here on the 2-core CPU beside the committed chains in one bench run (issues 32 and 34).
 #   on the device, once:     bash bench/experiments/device_bring_back.sh pack NAME FOLDER...
 #       every FOLDER (a run's stage folder, say) into one tar stream, split into ~/back/NAME/part.NNN
 #       of 15 MiB; prints how many calls the parts take
 #   on the device, per call: bash bench/experiments/device_bring_back.sh give NAME CALL
-#       copies parts 8*CALL .. 8*CALL+7 into the call's $OUT (CALL 0, 1, ...)
+#       copies parts 4*CALL .. 4*CALL+3 into the call's $OUT (CALL 0, 1, ...)
 #   here, after the calls:   bash bench/experiments/device_bring_back.sh unpack DEST FILES_AT...
 #       joins the parts of the given device result folders (/work/.device/N/) in order into DEST and
 #       checks the stream's sha256 against the one pack wrote (NAME.sha256.txt, in the last call)
@@ -16,6 +16,7 @@
 set -euo pipefail
 mode=${1:?pack, give or unpack}; shift
 PART_MB=${BRING_BACK_PART_MB:-15}   # MiB a part (the tool returns 16 MiB a file at most)
+PER_CALL=${BRING_BACK_PER_CALL:-4}  # parts a call (64 MiB a call in all)
 case "$mode" in
   pack)
     name=${1:?NAME}; shift
@@ -26,7 +27,7 @@ case "$mode" in
     tar -c "$@" | split -b "${PART_MB}M" -d -a 3 - "$dir/part."
     cat "$dir"/part.* | sha256sum | cut -d' ' -f1 > "$dir/sha256.txt"
     parts=$(ls "$dir" | grep -c '^part\.')
-    echo "$name: $parts parts of ${PART_MB} MiB, $(( (parts + 1 + 7) / 8 )) call(s) (give $name 0, 1, ...)"
+    echo "$name: $parts parts of ${PART_MB} MiB, $(( (parts + 1 + PER_CALL - 1) / PER_CALL )) call(s) (give $name 0, 1, ...)"
     ;;
   give)
     name=${1:?NAME}; call=${2:?CALL}
@@ -34,8 +35,8 @@ case "$mode" in
     dir=~/back/$name
     [ -d "$dir" ] || { echo "give: nothing packed as $name (pack it first, in this machine's session)" >&2; exit 2; }
     mapfile -t files < <(ls "$dir" | sort)   # part.000 ... then sha256.txt
-    first=$((8 * call)); n=0
-    for f in "${files[@]:$first:8}"; do cp "$dir/$f" "$OUT/$name.$f"; n=$((n + 1)); done
+    first=$((PER_CALL * call)); n=0
+    for f in "${files[@]:$first:$PER_CALL}"; do cp "$dir/$f" "$OUT/$name.$f"; n=$((n + 1)); done
     echo "$name: call $call gave $n file(s) of ${#files[@]}"
     ;;
   unpack)
@@ -52,7 +53,11 @@ case "$mode" in
       echo "unpack: the parts' sha256 $got is not the packed stream's $(cat "$sums"): a part is missing or cut" >&2
       exit 1
     fi
-    mkdir -p "$dest.tmp" && cat $parts | tar -x -C "$dest.tmp" && mv "$dest.tmp" "$dest"
+    mkdir -p "$dest.tmp"
+    if ! cat $parts | tar -x -C "$dest.tmp"; then   # without the sha256 file a cut stream shows here
+      rm -rf "$dest.tmp"; echo "unpack: the parts do not make a whole archive: a part is missing or cut" >&2; exit 1
+    fi
+    mv "$dest.tmp" "$dest"
     echo "unpacked $(echo "$parts" | wc -l) part(s) into $dest${sums:+ (sha256 checked)}"
     ;;
   *) echo "mode must be pack, give or unpack, not $mode" >&2; exit 2 ;;
