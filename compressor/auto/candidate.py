@@ -1,16 +1,18 @@
-"""One trial's candidate: the teacher through the methods a trial chose, scored on held-out rows.
+"""One trial's candidate: the teacher (or the student the search compresses, ``--student``)
+through the methods a trial chose, scored on held-out rows.
 
 The steps are the methods' own public calls, in the order a recipe would run them: keep
-``layers`` of the teacher's layers (prune, method layers), remove a share of every layer's heads
+``layers`` of its layers (prune, method layers), remove a share of every layer's heads
 and FFN neurons by importance (prune, method structured, scope layer), cut the vocabulary (prune,
 method vocab), drop tokens by fixed ratios (token_prune, by ratio), then either export and
 quantise (quantize: dynamic, static, or ``mixed``: dynamic INT8 with the k units the held-out
 score is most sensitive to kept FP32, ranked by quantize's mixed-precision sensitivity) or add
 exits (early_exit: heads trained with the model fixed, the rule's threshold calibrated on the
 held-out rows) and export them as segments (early_exit_export, INT8 unless FP32, the same k units
-FP32 for mixed). No pruning step recovers while searching: the held-out score after them is the
-cheap proxy the search ranks on; a candidate that may enter the front is rebuilt afterwards with
-``recover`` on its last pruning step (:mod:`compressor.auto.report`). Every step scores on the
+FP32 for mixed). While searching, the last pruning step recovers only as ``proxy_recover`` says
+(none by default, or a short distillation from the teacher): the held-out score after the steps is
+the cheap proxy the search ranks on; a candidate that may enter the front is rebuilt afterwards
+with ``recover`` on its last pruning step (:mod:`compressor.auto.report`). Every step scores on the
 held-out rows (given as the methods' evaluation rows), never on dev. The same steps as recipe
 stages (the ``stages`` a build returns) rebuild the candidate.
 """
@@ -90,15 +92,21 @@ def recovers(stages: List[dict]) -> bool:
     return any("prune" in s for s in stages)
 
 
-def build_candidate(teacher: str, task, train_set, held, params: dict, work: str, teacher_layers: int,
+def build_candidate(source: str, task, train_set, held, params: dict, work: str, source_layers: int,
                     config, floor: Optional[float] = None, log: Callable = lambda msg: None,
-                    recover: Optional[dict] = None) -> dict:
-    """Build the candidate of ``params`` from ``teacher`` under ``work``; return its figures:
+                    recover: Optional[dict] = None, teacher: Optional[str] = None) -> dict:
+    """Build the candidate of ``params`` from ``source`` (the teacher, or the student the search
+    compresses; ``source_layers`` its depth) under ``work``; ``teacher`` (default ``source``) is
+    what recovery distils from. ``recover``: the last pruning step's recovery (the proxy's short
+    one while searching, the full one for the front's candidates), None: none. Return its figures:
     ``score`` (held-out), ``folder`` (the ONNX export), ``layers`` [(heads, ffn)], each layer's
     precision and the share of rows that compute it (``reach``, below 1 after an exit),
     ``prunes_tokens`` (the graph drops tokens between its layers: the latency table adds what
-    that costs), ``size_bytes``, the score after each step and the resolved recipe ``stages``. A score below
+    that costs), ``size_bytes``, the score and seconds of each step, the resolved recipe ``stages``
+    and ``recovery`` (the optimiser steps and seconds of the recovery, or None). A score below
     ``floor`` after the PyTorch steps raises ProxyTooLow."""
+    import time
+
     from compressor.core.loaders import read_meta
     from compressor.core.metrics import task_score
     from compressor.core.models import checkpoint_meta, size_on_disk
@@ -107,10 +115,12 @@ def build_candidate(teacher: str, task, train_set, held, params: dict, work: str
 
     check_combination(params)
     os.makedirs(work, exist_ok=True)
-    current, scores, shape, checkpoint = teacher, [], None, teacher
+    teacher = teacher or source
+    current, scores, shape, checkpoint = source, [], None, source
     fp32_units: List[str] = []
     reach, exits = None, None
-    stages = recipe_stages(params, teacher_layers, config.importance_rows, recover, config.exit_epochs)
+    stages = recipe_stages(params, source_layers, config.importance_rows, recover, config.exit_epochs)
+    recovery = None
     train = {"device": config.device, "max_length": config.max_length}
 
     def floor_check():
@@ -123,6 +133,7 @@ def build_candidate(teacher: str, task, train_set, held, params: dict, work: str
         out = os.path.join(work, f"{i:02d}-{name}" + (f"-{settings['method']}" if "method" in settings else ""))
         shutil.rmtree(out, ignore_errors=True)   # a step a killed run left half-written
         meta = checkpoint_meta(task, config.max_length, f"auto:{name}", source=os.path.abspath(current))
+        started = time.perf_counter()
         if name == "prune":
             from compressor.prune import PruneConfig, prune_loaded
 
@@ -130,6 +141,8 @@ def build_candidate(teacher: str, task, train_set, held, params: dict, work: str
                                                     "max_length": config.max_length}, what="prune")
             record = prune_loaded(current, task, train_set, held, method, out, meta, teacher_dir=teacher)
             shape = read_meta(out).get("shape") or shape
+            if settings["recover"].get("mode", "distill") != "none":
+                recovery = _recovery_of(record, time.perf_counter() - started)
         elif name == "token_prune":
             from compressor.tokens import TokenPruneConfig
             from compressor.tokens.api import token_prune_loaded
@@ -172,12 +185,13 @@ def build_candidate(teacher: str, task, train_set, held, params: dict, work: str
                 method = "dynamic"
             record = quantize(current, out, quantize_config(method=method, **extra),
                               dev_set=held, train_set=train_set)
-        scores.append({"step": os.path.basename(out), "score": round(float(record["score"]), 4)})
+        scores.append({"step": os.path.basename(out), "score": round(float(record["score"]), 4),
+                       "seconds": round(time.perf_counter() - started, 2)})
         log(f"  {scores[-1]['step']}: held-out score {scores[-1]['score']:.2f}")
         current = out
         if name in ("prune", "token_prune"):
             checkpoint = out
-    layers = _layers(shape, params["layers"], teacher)
+    layers = _layers(shape, params["layers"], source)
     int8 = "fp32" if params["precision"] == "fp32" else ("static" if params["precision"] == "static" else "dynamic")
     precisions = ["fp32" if f"layer.{i}" in fp32_units else int8 for i in range(len(layers))]
     rest = "fp32" if any(not u.startswith("layer.") for u in fp32_units) else int8
@@ -186,7 +200,29 @@ def build_candidate(teacher: str, task, train_set, held, params: dict, work: str
     return {"folder": current, "score": scores[-1]["score"], "steps": scores, "layers": layers,
             "precisions": precisions, "overhead_precision": rest, "fp32_units": fp32_units,
             "reach": reach, "exits": exits, "prunes_tokens": any("token_prune" in s for s in stages),
-            "size_bytes": size_on_disk(current), "stages": stages}
+            "size_bytes": size_on_disk(current), "stages": stages, "recovery": recovery}
+
+
+def _recovery_of(record: dict, seconds: float) -> dict:
+    """The optimiser steps and training seconds of a pruning step's recovery (found in its
+    record, wherever its method keeps it), and the whole step's seconds."""
+    found = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            if "best_step" in value and "steps" in value:
+                found.append(value)
+            for inner in value.values():
+                walk(inner)
+        elif isinstance(value, list):
+            for inner in value:
+                walk(inner)
+
+    walk(record.get("pruning"))
+    steps = sum(int(r["steps"]) for r in found)
+    train = [r["train_time_s"] for r in found if r.get("train_time_s") is not None]
+    return {"steps": steps, "train_time_s": round(sum(train), 2) if train else None,
+            "step_seconds": round(seconds, 2)}
 
 
 def _sensitive_units(folder: str, k: int, held, train_set, work: str, log) -> tuple:
@@ -214,13 +250,14 @@ def _reach(histogram: dict, layers: int) -> List[float]:
     return [round(sum(c for layer, c in left.items() if layer >= i + 1) / total, 4) for i in range(layers)]
 
 
-def _layers(shape: Optional[dict], kept: int, teacher: str) -> List[tuple]:
-    """(heads, ffn) of each layer: the last pruned checkpoint's shape, else the teacher's at ``kept`` layers."""
+def _layers(shape: Optional[dict], kept: int, source: str) -> List[tuple]:
+    """(heads, ffn) of each layer: the last pruned checkpoint's shape, else the source model's
+    (the teacher's, or the student's) at ``kept`` layers."""
     if shape and shape.get("heads"):
         return [(int(h), int(f)) for h, f in zip(shape["heads"], shape["ffn"])]
     from compressor.core.arch import arch_of
     from compressor.core.models import load_config
 
-    config = load_config(teacher)
+    config = load_config(source)
     spec = arch_of(config)
     return [(spec.num_heads(config), spec.ffn_size(config))] * kept

@@ -15,6 +15,15 @@ enter the front (within ``recover_margin`` points of it) are rebuilt with ``reco
 recovery training) and rescored. Latency comes from this machine's table (``latency_table``), or
 read only from a table measured on the deployment machine (``target_table``: the search then runs
 elsewhere, a GPU machine, and times nothing).
+
+``student``: a model of the teacher's family (its width and head size; a distilled student,
+say) that the trials compress instead of the teacher: the layer choices run up to its depth and
+the heads and FFN shares are of its shape, while the teacher stays the reference (``max_drop``
+against its held-out score, the distillation teacher of every recovery, the report's "vs
+teacher"). ``proxy_recover``: a short recovery of every trial's last pruning step before its
+floor check and score (``{train: {max_steps: 200}}``: 200 optimiser steps of distillation from
+the teacher), so the proxy reflects what recovery can give; off unless ``train.max_steps`` is set
+(a proxy's recovery is a fixed number of steps) and ``mode`` is not none.
 """
 from __future__ import annotations
 
@@ -129,6 +138,8 @@ class AutoConfig:
     recover_candidates: int = setting(3, check=not_negative)  # candidates recovered after the search; 0: none
     recover_margin: float = setting(1.0, check=not_negative)  # recovered if within this many points of the front
     recover: RecoverSettings = field(default_factory=RecoverSettings)   # their recovery (prune's recover:)
+    proxy_recover: RecoverSettings = field(default_factory=RecoverSettings)   # every trial's; on with train.max_steps
+    student: str = ""                                      # the model the trials compress; "": the teacher
     latency_table: str = ""                                # the table's JSON; "": one per CPU in ~/.cache/compressor
     target_table: str = ""                                 # another machine's table, read only: nothing timed here
     max_length: int = setting(128, check=positive)         # the candidates' sequence length (the teacher's if it says)
@@ -136,10 +147,12 @@ class AutoConfig:
 
     def __post_init__(self):
         self.recover = from_values(RecoverSettings, self.recover, "recover")
+        self.proxy_recover = from_values(RecoverSettings, self.proxy_recover, "proxy_recover")
 
     def check(self) -> None:
         check_fields(self)
         self.recover.check()
+        self.proxy_recover.check()
         if self.target_table and self.latency_table:
             raise CompressorError("auto: give --latency-table (this machine's table, measured as needed) or "
                                   "--target-table (another machine's, read only), not both")
@@ -162,5 +175,15 @@ class AutoConfig:
                 "exit_targets": list(self.exit_targets), "exit_epochs": self.exit_epochs,
                 "target": self.target, "threads": self.threads, "max_drop": self.max_drop,
                 "score_rows": self.score_rows, "importance_rows": self.importance_rows,
-                "seq_len": self.seq_len, "max_length": self.max_length}
+                "seq_len": self.seq_len, "max_length": self.max_length,
+                **({"proxy_recover": proxy_settings(self)} if proxy_settings(self) else {})}
+
+
+def proxy_settings(config: AutoConfig) -> Optional[dict]:
+    """The proxy recovery as plain data (what a trial's last pruning step recovers with), or None."""
+    if config.proxy_recover.mode == "none" or not config.proxy_recover.train.max_steps:
+        return None
+    from compressor.auto.recovery import plain
+
+    return plain(config.proxy_recover)
 

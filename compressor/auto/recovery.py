@@ -60,7 +60,7 @@ def recover_candidates(out: str, state: dict, done: list, config, log: Callable)
     """Recover the trials :func:`to_recover` names (those not recovered by an earlier run);
     returns ``{trial number: figures}`` of every recovered trial."""
     from compressor.auto.candidate import build_candidate
-    from compressor.auto.study import predict_latency, search_context
+    from compressor.auto.study import predict_latency, search_context, source_of
 
     path = os.path.join(out, RECOVERED)
     recover = plain(config.recover)
@@ -69,16 +69,16 @@ def recover_candidates(out: str, state: dict, done: list, config, log: Callable)
     todo = [t for t in to_recover(done, config, state["teacher_score"]) if t.number not in kept]
     if not todo:
         return kept
-    teacher = state["teacher"]
-    task_spec, train_set, held, table, teacher_layers = search_context(state, config, log)
+    teacher, source = state["teacher"], source_of(state)
+    task_spec, train_set, held, table, source_layers = search_context(state, config, log)
     for t in todo:
         log(f"recovering trial {t.number} (proxy held-out {t.values[0]:.2f}, {t.values[1]:.3f} ms): "
             f"{config.recover.mode}, {config.recover.train.epochs:g} epoch(s)")
         work = os.path.join(out, "trials", f"{t.number:04d}-recovered")
         shutil.rmtree(work, ignore_errors=True)
         try:
-            cand = build_candidate(teacher, task_spec, train_set, held, dict(t.params), work, teacher_layers,
-                                   config, log=log, recover=recover)
+            cand = build_candidate(source, task_spec, train_set, held, dict(t.params), work, source_layers,
+                                   config, log=log, recover=recover, teacher=teacher)
         except CompressorError as exc:
             kept[t.number] = {"error": str(exc).splitlines()[0], "settings": recover}
             log(f"trial {t.number}: recovery failed: {kept[t.number]['error']}")

@@ -24,7 +24,7 @@ def finish(out: str, log: Callable) -> dict:
 
     from compressor.auto.latency import default_table, layer_seqs
     from compressor.auto.recovery import recover_candidates
-    from compressor.auto.study import STATE, _score_rows, _teacher_layers, config_of, open_study
+    from compressor.auto.study import STATE, _score_rows, _model_layers, config_of, open_study
     from compressor.core.data import data_for, holdout, load_data
     from compressor.engine.scoring import _task_for
 
@@ -43,11 +43,11 @@ def finish(out: str, log: Callable) -> dict:
     user_data = data_for(teacher, task_spec, None)
     rows = load_data(task_spec, "train", state["data_dir"], 8, user_data)   # static INT8 calibrates on them
     table = default_table(config, teacher, task_spec, rows, log=log, seq_len=state["seq_len"])
-    full = _teacher_layers(teacher)
+    full = _model_layers(teacher)
     teacher_ms = table.predict(full, "fp32", layer_seqs(state["seq_len"], len(full), 1.0))
     inside = [v for v in views if teacher_score - v.values[0] <= config.max_drop + 1e-9]
     pick = min(inside, key=lambda v: (v.values[1], -v.values[0], v.values[2])) if inside else None
-    report = {"teacher": teacher, "task": state["task"], "max_drop": config.max_drop,
+    report = {"teacher": teacher, "student": state.get("student"), "task": state["task"], "max_drop": config.max_drop,
               "target": config.target, "threads": config.threads, "seq_len": state["seq_len"],
               "held_rows": state["held_rows"], "storage": state["storage"] or "sqlite:///OUT/study.db",
               "study": config.study, "space": config.space(),
@@ -71,6 +71,11 @@ def finish(out: str, log: Callable) -> dict:
         report["pick"] = _verify(out, state, pick, task_spec, user_data, teacher_score, log)
         recipe = {"name": f"auto-pick-{pick.number}", "task": state["task"], "teacher": teacher,
                   "stages": pick.attrs["stages"]}
+        if state.get("student"):   # the stages start from the student; their recovery distils from the teacher
+            recipe["teacher"] = state["student"]
+            recipe["stages"] = [{name: ({**settings, "teacher": teacher} if settings.get("teacher") == "recipe"
+                                        else settings)} for stage in recipe["stages"]
+                                for name, settings in stage.items()]
         if state["train_limit"]:
             recipe["data"] = {"train_limit": state["train_limit"]}
         recipe_path = os.path.join(out, "pick-recipe.yaml")
@@ -127,7 +132,7 @@ def _trial_row(t, front: set, final_front: set, recovered: Optional[dict]) -> di
     if t.values:
         row.update(dict(zip(("score", "latency_ms", "size_bytes"), t.values)))
     for key in ("steps", "layers", "seqs", "folder", "error", "pruned", "precisions", "fp32_units", "reach",
-                "exits", "same_as", "worker"):
+                "exits", "same_as", "worker", "proxy_recovery"):
         if attrs.get(key) is not None:
             row[key] = attrs[key]
     if t.datetime_start and t.datetime_complete:
@@ -247,6 +252,14 @@ def _machine_lines(report: dict) -> List[str]:
             "were skipped. Measure the pick and the teacher on that machine (`compressor bench`).", ""]
 
 
+def _student_lines(report: dict) -> List[str]:
+    if not report.get("student"):
+        return []
+    return [f"Student `{report['student']}`: the model the trials compress (layers up to its depth, heads and "
+            "FFN shares of its shape); the teacher stays the reference (the budget, recovery's distillation "
+            "teacher, the figures against the teacher).", ""]
+
+
 def markdown(report: dict) -> str:
     t = report["teacher_figures"]
     lines = [f"# compressor auto: {report['task']}", "",
@@ -254,6 +267,7 @@ def markdown(report: dict) -> str:
              f"{t['latency_ms']:.3f} ms predicted, {t['size_bytes'] / 1e6:.2f} MB. Budget: {report['max_drop']} "
              f"points on the held-out rows; latency at batch 1, {report['seq_len']} tokens, "
              f"{report['threads']} thread(s), from the table `{report['latency_table']}`.", "",
+             *_student_lines(report),
              *_machine_lines(report),
              "Trials: " + ", ".join(f"{n.lower()} {c}" for n, c in report["counts"].items()) + ".", ""]
     p = report.get("pick")
@@ -293,9 +307,13 @@ def markdown(report: dict) -> str:
             elif got:
                 lines.append(f"| {r['number']} | {r['score']:.2f} | failed: {got.get('error', '')} | | | |")
         lines.append("")
-    lines += ["## Trials", "", "Proxy figures (no recovery); exit: rule@target; mixed: the units kept FP32.", "",
-              "| # | state | layers | rule | heads | ffn | vocab | tokens | precision | exit | held-out | ms | MB | front |",
-              "|---:|---|---:|---|---:|---:|---|---:|---|---|---:|---:|---:|---|"]
+    proxy = report["space"].get("proxy_recover")
+    how = (f"each trial's last pruning step recovered for {proxy['train']['max_steps'] or 'its'} optimiser "
+           f"steps ({proxy['mode']}; recovery s: its training time)" if proxy else "no recovery")
+    lines += ["## Trials", "", f"Proxy figures ({how}); exit: rule@target; mixed: the units kept FP32.", "",
+              "| # | state | layers | rule | heads | ffn | vocab | tokens | precision | exit | held-out | ms | MB | front |"
+              + (" recovery s |" if proxy else ""),
+              "|---:|---|---:|---|---:|---:|---|---:|---|---|---:|---:|---:|---|" + ("---:|" if proxy else "")]
     for r in report["trials"]:
         q = r["params"]
         figures = (f"{r['score']:.2f} | {r['latency_ms']:.3f} | {r['size_bytes'] / 1e6:.2f}" if "score" in r
@@ -306,7 +324,9 @@ def markdown(report: dict) -> str:
         exit_ = f"{q['exit']}@{q.get('exit_target')}" if q.get("exit", "none") != "none" else ""
         if r.get("exits"):
             exit_ += f", mean exit layer {r['exits']['mean_exit_layer']}"
+        seconds = (r.get("proxy_recovery") or {}).get("train_time_s")
+        recovery = (f" {seconds:g} |" if seconds is not None else " |") if proxy else ""
         lines.append(f"| {r['number']} | {r['state'].lower()} | {q.get('layers', '')} | {q.get('layer_rule', '')} | "
                      f"{q.get('heads', '')} | {q.get('ffn', '')} | {q.get('vocab', '')} | {q.get('tokens', '')} | "
-                     f"{precision} | {exit_} | {figures} | {'yes' if r['front'] else ''} |")
+                     f"{precision} | {exit_} | {figures} | {'yes' if r['front'] else ''} |" + recovery)
     return "\n".join(lines) + "\n"

@@ -2,9 +2,14 @@
 
 The search's folder (study, trials, report) is ``search/`` inside the stage's folder; the stage's
 folder itself is the pick's ONNX export, so ``bench`` or ``serve`` can follow it.
+
+``student: recipe`` searches from the stage's input (the previous stage's output: a distilled
+student, say) with the recipe's teacher as the reference; ``student: FOLDER`` from that folder
+with the stage's input as the teacher; no ``student``: from the stage's input alone.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 
@@ -21,7 +26,10 @@ def auto_stage(ctx, config: AutoConfig) -> dict:
     from compressor.auto.study import run_auto
 
     search = os.path.join(ctx.out_dir, "search")
-    report = run_auto(ctx.model_dir, search, config, task=ctx.task.name, data_dir=ctx.data_dir,
+    teacher = ctx.model_dir
+    if config.student == "recipe":   # the input is the student, the recipe's teacher the reference
+        teacher, config = ctx.teacher_dir, dataclasses.replace(config, student=ctx.model_dir)
+    report = run_auto(teacher, search, config, task=ctx.task.name, data_dir=ctx.data_dir,
                       train_limit=ctx.recipe.train_limit, dev_limit=ctx.recipe.dev_limit)
     pick = report.get("pick")
     if not pick:

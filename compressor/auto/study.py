@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict
 from typing import Callable, Optional
 
-from compressor.auto.config import AutoConfig, budget_seconds
+from compressor.auto.config import AutoConfig, budget_seconds, proxy_settings
 from compressor.core.errors import CompressorError
 from compressor.core.io import read_json, write_json
 
@@ -153,6 +153,8 @@ def prepare(teacher: str, out: str, config: AutoConfig, task, data_dir, train_li
 
     path = os.path.abspath(resolve_model(teacher))
     task_spec, meta = _task_for(path, task)
+    if config.student:
+        config.student = check_student(config.student, path)
     out = os.path.abspath(out)
     if os.path.exists(out) and not os.path.isdir(out):
         raise CompressorError(f"output {out} is a file, not a folder")
@@ -168,6 +170,9 @@ def prepare(teacher: str, out: str, config: AutoConfig, task, data_dir, train_li
         if state["teacher"] != path or state["task"] != task_spec.name:
             raise CompressorError(f"{out} holds the search of {state['teacher']} on {state['task']}; "
                                   "give another --out")
+        if state.get("student") != (config.student or None):
+            raise CompressorError(f"{out} holds a search from the student {state.get('student')}, not "
+                                  f"{config.student or 'none'}; give the same --student to resume, or another --out")
         before = config_of(state).space()
         if before != config.space():
             changed = sorted(k for k in before if before[k] != config.space()[k])
@@ -177,7 +182,8 @@ def prepare(teacher: str, out: str, config: AutoConfig, task, data_dir, train_li
         log(f"resuming the search in {out}")
     else:
         os.makedirs(out, exist_ok=True)
-        state = {"teacher": path, "task": task_spec.name, "out": out, "data_dir": data_dir,
+        state = {"teacher": path, "student": config.student or None, "task": task_spec.name, "out": out,
+                 "data_dir": data_dir,
                  "train_limit": train_limit, "dev_limit": dev_limit, "config": asdict(config)}
     state["out"] = out
     state["storage"] = config.storage
@@ -186,11 +192,43 @@ def prepare(teacher: str, out: str, config: AutoConfig, task, data_dir, train_li
     if config.target_table:   # another machine's table: every entry the space needs is there, before any work
         from compressor.auto.target import check_target_table
 
-        check_target_table(config, path, task_spec, state["seq_len"], log)
+        check_target_table(config, path, task_spec, state["seq_len"], log, student=config.student or None)
     if "teacher_score" not in state:
         state.update(_teacher_figures(path, task_spec, held, config, out, log))
     write_json(state_file, state)
     return state
+
+
+def check_student(student: str, teacher: str) -> str:
+    """The student's folder, once it is known to be a model of the teacher's family that the
+    teacher's latency table can price: the same architecture, width, head size and labels."""
+    from compressor.core.arch import arch_of
+    from compressor.core.models import load_config, resolve_model
+
+    folder = os.path.abspath(resolve_model(student))
+    if not os.path.isdir(folder):
+        raise CompressorError(f"--student {student}: no such folder")
+    theirs, ours = load_config(folder), load_config(teacher)
+    spec, mine = arch_of(theirs), arch_of(ours)
+
+    def head_size(config, arch):
+        return arch.hidden_size(config) // max(1, config.num_attention_heads)
+
+    same = (theirs.model_type == ours.model_type and spec.hidden_size(theirs) == mine.hidden_size(ours)
+            and head_size(theirs, spec) == head_size(ours, mine)
+            and getattr(theirs, "num_labels", 2) == getattr(ours, "num_labels", 2))
+    if not same:
+        raise CompressorError(f"--student {folder} is not of the teacher's family ({theirs.model_type}, width "
+                              f"{spec.hidden_size(theirs)}, {getattr(theirs, 'num_labels', 2)} labels against "
+                              f"{ours.model_type}, width {mine.hidden_size(ours)}, "
+                              f"{getattr(ours, 'num_labels', 2)}): the search compresses a student of the "
+                              "teacher's architecture, width, head size and labels")
+    return folder
+
+
+def source_of(state: dict) -> str:
+    """The model the trials compress: the student if the search has one, else the teacher."""
+    return state.get("student") or state["teacher"]
 
 
 def _mean_tokens(teacher: str, held, max_length: int) -> int:
@@ -241,9 +279,10 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
     _share_cores(config.workers)
     study, storage = open_study(state, worker)
     fail_stale(study, storage, log)
-    teacher = state["teacher"]
-    task_spec, train_set, held, table, teacher_layers = search_context(state, config, log)
+    teacher, source = state["teacher"], source_of(state)
+    task_spec, train_set, held, table, source_layers = search_context(state, config, log)
     floor = state["teacher_score"] - config.max_drop - config.prune_margin
+    proxy = proxy_settings(config)   # every trial's short recovery, or None
     budget = budget_seconds(config.budget)
     start, ran = time.monotonic(), 0
     while budget is None or time.monotonic() - start < budget:
@@ -257,10 +296,10 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
             trial.set_user_attr("surplus", True)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             break
-        params = suggest(trial, config, teacher_layers)
+        params = suggest(trial, config, source_layers)
         log(f"trial {trial.number} (worker {worker}): {_describe(params)}")
         work = os.path.join(out, "trials", f"{trial.number:04d}")
-        plan = recipe_stages(params, teacher_layers, config.importance_rows, exit_epochs=config.exit_epochs)
+        plan = recipe_stages(params, source_layers, config.importance_rows, exit_epochs=config.exit_epochs)
         try:
             check_combination(params)
         except NotCombinable as exc:   # counted, as a pruned trial is: a space of such points ends
@@ -280,8 +319,8 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
             ran += 1
             continue
         try:
-            cand = build_candidate(teacher, task_spec, train_set, held, params, work, teacher_layers, config,
-                                   floor=floor, log=log)
+            cand = build_candidate(source, task_spec, train_set, held, params, work, source_layers, config,
+                                   floor=floor, log=log, recover=proxy, teacher=teacher)
             seqs, latency = predict_latency(table, cand, params, state["seq_len"])
         except ProxyTooLow as exc:
             trial.set_user_attr("pruned", str(exc))
@@ -299,6 +338,7 @@ def search(out: str, worker: int = 0, log: Optional[Callable] = None) -> int:
         figures = {"score": cand["score"], "latency_ms": latency, "size_bytes": cand["size_bytes"]}
         for key, value in {**figures, "folder": os.path.relpath(cand["folder"], out), "steps": cand["steps"],
                            "layers": cand["layers"], "seqs": seqs, "stages": cand["stages"], "plan": plan,
+                           "proxy_recovery": cand["recovery"],
                            **{k: cand[k] for k in CANDIDATE_FIGURES}}.items():
             trial.set_user_attr(key, value)
         study.tell(trial, [figures[k] for k in FIGURES])
@@ -314,7 +354,8 @@ CANDIDATE_FIGURES = ("precisions", "overhead_precision", "fp32_units", "reach", 
 
 def search_context(state: dict, config: AutoConfig, log: Callable) -> tuple:
     """What every worker and the recovery build candidates from: ``(task, training rows, scored
-    held-out rows, latency table, teacher depth)`` of the search ``state`` describes."""
+    held-out rows, latency table, depth of the model the trials compress)`` of the search
+    ``state`` describes. The table is the teacher's family's, which the student shares."""
     from compressor.auto.latency import default_table
     from compressor.core.data import data_for, holdout
     from compressor.engine.scoring import _task_for
@@ -326,7 +367,7 @@ def search_context(state: dict, config: AutoConfig, log: Callable) -> tuple:
                                                 teacher)
     held = _score_rows(held, config)
     table = default_table(config, teacher, task_spec, held, log=log, seq_len=state["seq_len"])
-    return task_spec, train_set, held, table, len(_teacher_layers(teacher))
+    return task_spec, train_set, held, table, len(_model_layers(source_of(state)))
 
 
 def predict_latency(table, cand: dict, params: dict, seq_len: int) -> tuple:
@@ -340,9 +381,10 @@ def predict_latency(table, cand: dict, params: dict, seq_len: int) -> tuple:
                                prunes_tokens=cand.get("prunes_tokens", False))
 
 
-def suggest(trial, config: AutoConfig, teacher_layers: int) -> dict:
-    """One point of the search space (every trial draws every setting: a fixed space)."""
-    return {"layers": trial.suggest_int("layers", min(config.min_layers, teacher_layers), teacher_layers),
+def suggest(trial, config: AutoConfig, source_layers: int) -> dict:
+    """One point of the search space (every trial draws every setting: a fixed space); ``layers``
+    up to the depth of the model the trials compress."""
+    return {"layers": trial.suggest_int("layers", min(config.min_layers, source_layers), source_layers),
             "layer_rule": trial.suggest_categorical("layer_rule", list(config.layer_rules)),
             "heads": trial.suggest_categorical("heads", list(config.heads)),
             "ffn": trial.suggest_categorical("ffn", list(config.ffn)),
@@ -407,13 +449,14 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _teacher_layers(teacher: str) -> list:
+def _model_layers(folder: str) -> list:
+    """(heads, ffn) of each layer of the model in ``folder``."""
     from compressor.auto.candidate import _layers
     from compressor.core.arch import arch_of
     from compressor.core.models import load_config
 
-    config = load_config(teacher)
-    return _layers(None, arch_of(config).num_layers(config), teacher)
+    config = load_config(folder)
+    return _layers(None, arch_of(config).num_layers(config), folder)
 
 
 def _share_cores(workers: int) -> None:

@@ -18,7 +18,10 @@ and ``ffn`` shares leave of the teacher's (as structured pruning with scope ``la
 them), at every length a layer of any depth sees (``seq_len``'s bucket, and fewer tokens after
 each token-pruned layer), at every layer precision (``mixed``: FP32 and dynamic INT8); the rest of
 the model at those precisions; token pruning's cost where ``tokens`` drop some; an exit's cost
-where ``exits`` has a rule; and the teacher (FP32, its shape, the bucket) for the report.
+where ``exits`` has a rule; and the teacher (FP32, its shape, the bucket) for the report. A search
+from a student (``--student``) prices the student's layers: the shapes the shares leave of the
+student's, up to its depth; the table stays the teacher's family's (the student shares its width
+and head size), so ``--measure-table --student FOLDER`` measures what that search needs.
 """
 from __future__ import annotations
 
@@ -44,14 +47,17 @@ def kept(units: int, share: float, minimum: int) -> int:
     return units - max(0, min(int(round(share * units)), units - minimum))
 
 
-def table_needs(config: AutoConfig, teacher_shape: Tuple[int, int], depth: int, seq_len: int) -> Dict[str, Set[tuple]]:
-    """The entries a search over ``config``'s space can ask of the table, for a teacher of ``depth``
-    layers of ``teacher_shape`` (heads, FFN) at ``seq_len`` tokens: ``layers`` as
+def table_needs(config: AutoConfig, teacher_shape: Tuple[int, int], depth: int, seq_len: int,
+                source_shape: Optional[Tuple[int, int]] = None) -> Dict[str, Set[tuple]]:
+    """The entries a search over ``config``'s space can ask of the table, for a teacher of
+    ``teacher_shape`` (heads, FFN) at ``seq_len`` tokens whose trials compress a model of ``depth``
+    layers of ``source_shape`` (the teacher's own by default; a student's): ``layers`` as
     ``(precision, seq, heads, ffn)``, ``tokens`` and ``exits`` as ``(precision, seq)``."""
     heads, ffn = teacher_shape
-    shapes = {(kept(heads, h, MIN_HEADS), kept(ffn, f, MIN_FFN)) for h in config.heads for f in config.ffn}
+    own_heads, own_ffn = source_shape or teacher_shape
+    shapes = {(kept(own_heads, h, MIN_HEADS), kept(own_ffn, f, MIN_FFN)) for h in config.heads for f in config.ffn}
     layer_precisions = {p for q in config.precisions for p in LAYER_PRECISIONS[q]}
-    first, deepest = seq_bucket(seq_len), depth   # every candidate keeps at most the teacher's layers
+    first, deepest = seq_bucket(seq_len), depth   # every candidate keeps at most the source's layers
     layers = {("fp32", first, heads, ffn)}   # the teacher, predicted for the report
     layers |= {(p, first, heads, ffn) for p in layer_precisions}   # the rest of a model is priced at its shape
     tokens: Set[tuple] = set()
@@ -83,7 +89,8 @@ def space_args(config: AutoConfig) -> List[str]:
 
 def measure_command(config: AutoConfig, task: str, seq_len: int, table: str) -> str:
     """The command that measures on the target what a search over ``config`` needs of ``table``."""
-    return " ".join(["compressor auto MODEL --task", task, "--measure-table", "--seq-len", str(seq_len),
+    student = ["--student", "STUDENT"] if config.student else []
+    return " ".join(["compressor auto MODEL --task", task, "--measure-table", *student, "--seq-len", str(seq_len),
                      *space_args(config), "--latency-table", os.path.basename(table) if table else "FILE"])
 
 
@@ -105,14 +112,24 @@ def target_table(config: AutoConfig, teacher: str, task, rows, seq_len: int, log
                         sentences=config.sentences, log=log, read_only=True, hint=hint)
 
 
-def check_target_table(config: AutoConfig, teacher: str, task, seq_len: int, log: Callable) -> LatencyTable:
-    """The target table, once every entry the space can ask for is known to be in it (else one
-    error naming the first it lacks and the command that measures it on the target)."""
+def source_needs(config: AutoConfig, teacher: str, seq_len: int, student: Optional[str] = None):
+    """:func:`table_needs` of a search of ``teacher`` whose trials compress ``student`` (or the teacher)."""
+    shape, depth = teacher_shape(teacher)
+    if student:
+        own, depth = teacher_shape(student)
+        return table_needs(config, shape, depth, seq_len, own)
+    return table_needs(config, shape, depth, seq_len)
+
+
+def check_target_table(config: AutoConfig, teacher: str, task, seq_len: int, log: Callable,
+                       student: Optional[str] = None) -> LatencyTable:
+    """The target table, once every entry the space can ask for (from ``student`` where the
+    trials compress one) is known to be in it (else one error naming the first it lacks and the
+    command that measures it on the target)."""
     from compressor.auto.latency import MissingEntry, describe_entry
 
     table = target_table(config, teacher, task, None, seq_len, log)
-    shape, depth = teacher_shape(teacher)
-    needs = table_needs(config, shape, depth, seq_len)
+    needs = source_needs(config, teacher, seq_len, student)
     lacking = table.missing(**needs)
     if lacking:
         more = f" (and {len(lacking) - 1} more the space can ask for)" if len(lacking) > 1 else ""
@@ -133,7 +150,8 @@ def measure_table(teacher: str, path: Optional[str] = None, config=None, task: O
     setting): the length the search times at; 0 takes the mean of the rows ``teacher`` held out
     (one fine-tuned with ``--holdout``). ``seq_lens``: several searches' lengths at once (tasks of
     one family share a table; each model is exported once for all). Returns ``{path, machine,
-    seq_lens, entries, measured}``."""
+    seq_lens, entries, measured}``. ``config.student`` (``--student``): measure what a search
+    compressing that student needs (its shapes, up to its depth)."""
     from compressor.auto.latency import default_path
     from compressor.auto.study import _mean_tokens
     from compressor.core.data import data_for, holdout, load_data
@@ -149,6 +167,11 @@ def measure_table(teacher: str, path: Optional[str] = None, config=None, task: O
                               "not --target-table")
     config.check()
     folder = os.path.abspath(resolve_model(teacher))
+    student = None
+    if config.student:
+        from compressor.auto.study import check_student
+
+        student = check_student(config.student, folder)
     task_spec, meta = _task_for(folder, task)
     user_data = data_for(folder, task_spec, None)
     max_length = meta.get("max_length", config.max_length)
@@ -165,10 +188,9 @@ def measure_table(teacher: str, path: Optional[str] = None, config=None, task: O
     labels = None if meta.get("task") or meta.get("task_spec") else task_spec.num_labels
     table = LatencyTable(path, folder, task_spec, rows, threads=config.threads, target=config.target,
                          sentences=config.sentences, log=log, num_labels=labels, max_length=max_length)
-    shape, depth = teacher_shape(folder)
     needs: Dict[str, Set[tuple]] = {"layers": set(), "tokens": set(), "exits": set()}
     for seq_len in seq_lens:
-        for kind, entries in table_needs(config, shape, depth, seq_len).items():
+        for kind, entries in source_needs(config, folder, seq_len, student).items():
             needs[kind] |= entries
     lacking = table.missing(**needs)
     total = sum(len(v) for v in needs.values())

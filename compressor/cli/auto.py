@@ -44,7 +44,8 @@ def register(cli):
         "compressor auto runs/teacher --task sst2 --max-drop 1.0 --target cpu --threads 1 --budget 4h --out runs/auto",
         "compressor auto runs/teacher --trials 40 --workers 2 --storage journal:runs/auto/study.log --out runs/auto",
         "compressor auto mpnet-base --task sst2 --measure-table --seq-len 13 --latency-table edge.json   # on the target",
-        "compressor auto runs/teacher --target-table edge.json --device cuda --out runs/auto   # on the GPU machine"))
+        "compressor auto runs/teacher --target-table edge.json --device cuda --out runs/auto   # on the GPU machine",
+        "compressor auto runs/teacher --student runs/chain/02-distill --proxy-recover steps=200 --out runs/auto"))
     @click.argument("model", type=click.Path())
     @click.option("--out", default=None, type=click.Path(file_okay=False),
                   help="The search's folder (study, trials, report, pick); run again to resume. "
@@ -110,6 +111,13 @@ def register(cli):
     @click.option("--recover", "recover", multiple=True, metavar="KEY=VALUE",
                   help="Their recovery (pruning's recover:), repeatable: mode=distill|finetune, epochs=1, lr=5e-5, "
                        "losses.kd=1 [default: mode=distill, epochs=1].")
+    @click.option("--proxy-recover", "proxy_recover", multiple=True, metavar="KEY=VALUE",
+                  help="A short recovery of every trial's last pruning step before it is scored, as --recover "
+                       "takes it: steps=200 (optimiser steps; distillation from the teacher), lr=5e-5 ... "
+                       "[default: none].")
+    @click.option("--student", default="",
+                  help="A model of the teacher's family (a distilled student) that the trials compress instead "
+                       "of the teacher; the teacher MODEL stays the reference (budget, distillation, report).")
     @click.option("--layer-rules", default="top,importance", show_default=True,
                   help="How the layers that go are chosen.")
     @click.option("--importance-rows", type=int, default=128, show_default=True,
@@ -120,7 +128,8 @@ def register(cli):
                   help="Front members (the pick first) measured whole at the end beside their predicted "
                        "latency, the teacher too; 0: no check.")
     @click.option("--seed", type=int, default=42, show_default=True, help="The sampler's seed.")
-    def auto(model, out, task, data_dir, train_limit, dev_limit, threads, recover, measure_table, **settings):
+    def auto(model, out, task, data_dir, train_limit, dev_limit, threads, recover, proxy_recover, measure_table,
+             **settings):
         """Search across the toolkit's methods (layers, heads, FFN, vocabulary, tokens, INT8, early exit) for the
         fastest model within --max-drop of the teacher MODEL on its held-out rows (fine-tune it with
         --holdout N): the Pareto front, the pick as an ONNX folder (OUT/pick), the report."""
@@ -131,6 +140,11 @@ def register(cli):
         settings["threads"] = threads[0] if threads else 1
         if recover:
             settings["recover"] = recover_settings(recover)
+        if proxy_recover:   # steps=N: N optimiser steps
+            pairs = [f"max_{p}" if p.startswith("steps=") else p for p in proxy_recover]
+            if not any(p.startswith("max_steps=") for p in pairs):
+                raise CompressorError("--proxy-recover needs steps=N: a trial's recovery is N optimiser steps")
+            settings["proxy_recover"] = recover_settings(pairs)
         for name, parse in SPACE.items():
             settings[name] = parse(settings[name])
         lengths = _lengths(settings.pop("seq_len"))

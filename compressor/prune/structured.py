@@ -247,7 +247,7 @@ def prune_structured(job, config: StructuredPruneConfig) -> dict:
                  "pruned": job.evaluate(desc=f"score pruned ({step}/{config.iterations})")}
         recovered = job.recover(desc=f"recover ({step}/{config.iterations})")
         if recovered is not None:
-            entry["recovered"] = {k: recovered[k] for k in ("metrics", "score", "best_step", "steps")}
+            entry["recovered"] = {k: recovered[k] for k in ("metrics", "score", "best_step", "steps", "train_time_s")}
         steps.append(entry)
     record = {"heads_before": original["heads"], "ffn_before": original["ffn"],
               "heads_after": steps[-1]["heads"], "ffn_after": steps[-1]["ffn"],
