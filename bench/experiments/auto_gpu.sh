@@ -45,6 +45,31 @@
 #   LIMITS="--train-limit 64 --dev-limit 32" HOLDOUT_ROWS=16 AUTO_LIMITS="--train-limit 64 --dev-limit 32" \
 #   TRIALS=3 SCALE_TRIALS=2 MAX_DROP=100 RECOVER_ARGS="--recover batch_size=16" WORK=/tmp/autowork \
 #   bash bench/experiments/auto_gpu.sh GLUE_DIR OUT_DIR
+# STUDENT=1 (issue 34's second GPU run): each search compresses the chain's distilled student, not
+# the 12-layer teacher. In each lane, after the held-out teacher, the chain's first two stages run on
+# the GPU (recipes/mpnet/chain-augmented.yaml, SST-2's chain-augmented-sst2.yaml, variant task2-b256,
+# cut after its distill stage by gpu_recipes.py --until distill: augment, then a 6-layer student of
+# the teacher's width) into WORK/TASK-student; then the search runs with --student
+# WORK/TASK-student/02-distill --proxy-recover steps=$PROXY_STEPS (every trial's last pruning step
+# distilled from the teacher for PROXY_STEPS optimiser steps, batch PROXY_BATCH, before it is scored),
+# MIN_LAYERS 2 (of the student's 6). The teacher stays the reference (--max-drop, the report).
+#   STUDENT 0|1, PROXY_STEPS 200, PROXY_BATCH 32, STUDENT_VARIANT task2-b256
+# Time (estimate from bench/results/auto-mpnet-h200x4/logs/wall.txt: searches 352-710 s with their
+# teachers' export and scoring, recovery and dev; and accuracy-ablation-h200x4's task2-b256 runs:
+# augment 35-91 s, distill 243 s SST-2, 248 s MRPC, 327 s CoLA; held-out teachers 4 min SST-2, 1-2
+# min MRPC and CoLA): per lane teacher + augment + distill + search = SST-2 4 + 1.5 + 4 + 12 = ~22
+# min, MRPC 2 + 1 + 4 + 8 = ~15, CoLA 2 + 1 + 5.5 + 6 = ~15; proxy recovery makes each trial longer
+# (200 steps of a 6-layer student, guess 10-20 s), so the 5-minute budgets hold fewer trials. On
+# nvidia-h200-x4 with LANES="0:sst2 1:mrpc 2:cola" PHASE=search: ~22 minutes; on two GPUs
+# ("0:sst2 1:mrpc,cola") ~30, over one session's device time. The scaling target is met
+# (1.96x, auto-mpnet-h200x4): PHASE=search leaves it out.
+#   STUDENT=1 PHASE=search LANES="0:sst2 1:mrpc 2:cola" MPNET=~/mpnet bash bench/experiments/auto_gpu.sh ~/glue ~/res
+# Dry run on the CPU of the student mode (tiny MPNet and its table as above; every phase shrunk):
+#   MPNET=/tmp/tinympnet12h HEADS=0,0.5 FFN=0 TABLE=/tmp/tiny-table.json DEVICE=cpu STUDENT=1 PHASE=search \
+#   LANES="0:mrpc" MIN_LAYERS=1 LIMITS="--train-limit 64 --dev-limit 32" HOLDOUT_ROWS=16 \
+#   AUTO_LIMITS="--train-limit 64 --dev-limit 32" RECIPE_DATA="train_limit: 64, dev_limit: 32" SHRINK=1 \
+#   TRIALS=3 MAX_DROP=100 PROXY_STEPS=2 PROXY_BATCH=16 RECOVER_ARGS="--recover batch_size=16" \
+#   WORK=/tmp/autowork-student bash bench/experiments/auto_gpu.sh GLUE_DIR OUT_DIR
 set -uo pipefail
 GLUE=$1; OUT=$2
 HERE=$(dirname "$0")
@@ -55,6 +80,9 @@ TABLE=$(realpath "${TABLE:-.carry/auto-table/TABLE.json}" 2>/dev/null)
 TRIALS=${TRIALS:-40}; BUDGET=${BUDGET:-5m}; RECOVER=${RECOVER:-2}; RECOVER_EPOCHS=${RECOVER_EPOCHS:-1}
 SCALE_TASK=${SCALE_TASK:-mrpc}; SCALE_TRIALS=${SCALE_TRIALS:-6}; SCALE_GPUS=${SCALE_GPUS:-0,1}
 PHASE=${PHASE:-all}; AUTO_LIMITS=${AUTO_LIMITS:-}; RECOVER_ARGS=${RECOVER_ARGS:-}
+STUDENT=${STUDENT:-0}; PROXY_STEPS=${PROXY_STEPS:-200}; PROXY_BATCH=${PROXY_BATCH:-32}
+STUDENT_VARIANT=${STUDENT_VARIANT:-task2-b256}
+[ "$STUDENT" = 1 ] && MIN_LAYERS=${MIN_LAYERS:-2} && source "$HERE/auto_space.sh"   # the space again, at the student's depth
 PROCS=3   # searches at once
 [ -f "$TABLE" ] || { echo "no target table ${TABLE:-.carry/auto-table/TABLE.json}: measure it on the CPU (auto_target_table.sh)"; exit 1; }
 if ! python3 -c "import optuna" 2>/dev/null && ls .whl/auto/*.whl > /dev/null 2>&1; then
@@ -92,10 +120,34 @@ auto_run() {  # gpus task name [option...]: compressor auto on WORK/TASK-holdout
   return $rc
 }
 
-search_lane() {  # gpu task: the held-out teacher, then the search
+student() {  # gpu task: the chain's augment and distill stages on the held-out teacher, into WORK/TASK-student
+  local src=recipes/mpnet/chain-augmented.yaml args=(--variant "$STUDENT_VARIANT" --until distill
+    --augment-cache "$WORK/augment-cache")
+  [ $2 = sst2 ] && src=recipes/mpnet/chain-augmented-sst2.yaml
+  [ -n "${RECIPE_DATA:-}" ] && args+=(--glue "$GLUE" --data "$RECIPE_DATA")
+  [ "${SHRINK:-0}" = 1 ] && args+=(--shrink)
+  python3 -m bench.experiments.gpu_recipes $src "$WORK/recipes/$2-student.yaml" "${args[@]}" > /dev/null || return 1
+  mkdir -p "$OUT/recipes" && cp "$WORK/recipes/$2-student.yaml" "$OUT/recipes/"
+  local C=(python3 -m compressor run "$WORK/recipes/$2-student.yaml" --task $2 --teacher "$WORK/$2-holdout"
+    --data-dir "$GLUE" --device "$DEVICE" --out "$WORK/$2-student")
+  log "CUDA_VISIBLE_DEVICES=$1 ${C[*]}"
+  local start=$SECONDS
+  CUDA_VISIBLE_DEVICES=$1 "${C[@]}" > "$OUT/logs/$2-student.log" 2>&1 \
+    || { echo "FAILED $2-student: $OUT/logs/$2-student.log" >> "$OUT/logs/failed.txt"; return 1; }
+  echo "$2-student $((SECONDS - start)) s exit 0" >> "$OUT/logs/wall.txt"
+  bring_back $2-student
+}
+
+search_lane() {  # gpu task: the held-out teacher (and with STUDENT=1 the chain's student), then the search
   held_out_teacher $1 $2 || return 1
+  local from=()
+  if [ "$STUDENT" = 1 ]; then
+    student $1 $2 || return 1
+    from=(--student "$WORK/$2-student/02-distill" --proxy-recover steps=$PROXY_STEPS
+          --proxy-recover batch_size=$PROXY_BATCH)
+  fi
   auto_run $1 $2 auto-$2 --trials $TRIALS --budget $BUDGET --recover-candidates $RECOVER \
-    --recover epochs=$RECOVER_EPOCHS $RECOVER_ARGS
+    --recover epochs=$RECOVER_EPOCHS $RECOVER_ARGS "${from[@]}"
 }
 
 scale() {  # SCALE_TRIALS trials with one worker on one GPU, then two workers on two GPUs

@@ -2,7 +2,7 @@
 the committed file with the session's paths put in, and for a CPU dry run smaller data.
 
     python3 -m bench.experiments.gpu_recipes SRC DST [--variant NAME] [--glue DIR] [--data "train_limit: 64, dev_limit: 32"]
-        [--augment-cache DIR] [--general-teacher DIR] [--general-cache DIR] [--shrink]
+        [--augment-cache DIR] [--general-teacher DIR] [--general-cache DIR] [--shrink] [--until STAGE]
 
 - ``--augment-cache``: every augment stage keeps its copies there (by digest), so the systems of
   one task augment once; ``--general-teacher`` / ``--general-cache``: the pre-trained encoder and
@@ -11,6 +11,7 @@ the committed file with the session's paths put in, and for a CPU dry run smalle
   RECIPE_DATA (train_limit also bounds the general text); ``--shrink`` (dry runs on a CPU): every
   phase one epoch, two augmented copies, FP32 (bf16 is emulated on most CPUs), students of their
   own shape 24 wide, shared embeddings at rank 8 (the tiny teacher of a dry run is 48 wide).
+- ``--until``: the stages up to the first STAGE only (a chain's student: ``--until distill``).
 - ``--variant``: one of issue 32's ablation variants of the recipe
   (:data:`bench.experiments.accuracy_ablation.VARIANTS`).
 """
@@ -52,12 +53,17 @@ def shrink(doc: dict) -> None:
 
 
 def prepare(src: str, dst: str, variant: str = "", glue: str = "", data: str = "", augment_cache: str = "",
-            general_teacher: str = "", general_cache: str = "", shrunk: bool = False) -> str:
+            general_teacher: str = "", general_cache: str = "", shrunk: bool = False, until: str = "") -> str:
     with open(src) as f:
         doc = yaml.safe_load(f)
     if variant:
         from bench.experiments.accuracy_ablation import apply_variant
         apply_variant(doc, variant)
+    if until:   # after the variant, whose edits may touch the later stages
+        names = [next(iter(stage)) for stage in doc["stages"]]
+        if until not in names:
+            raise SystemExit(f"{src} has no {until} stage (its stages: {', '.join(names)})")
+        doc["stages"] = doc["stages"][:names.index(until) + 1]
     for name, settings in stages_of(doc):
         if name == "augment" and augment_cache:
             settings["cache"] = augment_cache
@@ -89,9 +95,10 @@ def main(argv=None) -> None:
     p.add_argument("--general-teacher", default="")
     p.add_argument("--general-cache", default="")
     p.add_argument("--shrink", action="store_true")
+    p.add_argument("--until", default="")
     a = p.parse_args(argv)
     print(prepare(a.src, a.dst, a.variant, a.glue, a.data, a.augment_cache, a.general_teacher,
-                  a.general_cache, a.shrink))
+                  a.general_cache, a.shrink, a.until))
 
 
 if __name__ == "__main__":
