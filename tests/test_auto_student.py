@@ -81,7 +81,7 @@ def test_the_table_needs_the_students_shapes_up_to_its_depth():
 
     config = AutoConfig(heads=[0.0, 0.5], ffn=[0.0, 0.5], tokens=[1.0, 0.5], precisions=["fp32"], exits=["none"])
     own = table_needs(config, (4, 64), 4, 16)
-    student = table_needs(config, (4, 64), 2, 16, source_shape=(2, 64))
+    student = table_needs(config, (4, 64), 2, 16, source_shapes={(2, 64)})
     shapes = {(h, f) for _, _, h, f in student["layers"]}
     assert shapes == {(4, 64), (2, 64), (2, 32), (1, 64), (1, 32)}   # the teacher's for the report and overhead
     assert {(h, f) for _, _, h, f in own["layers"]} == {(4, 64), (4, 32), (2, 64), (2, 32)}
@@ -213,3 +213,40 @@ stages:
     assert state["student"].endswith("01-prune") and state["teacher"] != state["student"]
     report = json.load(open(os.path.join(search, "report.json")))
     assert [r["params"]["layers"] for r in report["trials"]] == [1]
+
+
+def test_measure_table_with_a_student_measures_the_students_shapes(models, glue_dir, tmp_path):
+    """A student with half its heads pruned: ``--measure-table --student`` measures the shapes the
+    shares leave of its layers (and the teacher's, for the report); the search from it then finds
+    them all in the target table, and a search that compresses the teacher does not."""
+    from compressor.auto.latency import LatencyTable, MissingEntry
+    from compressor.auto.target import check_target_table, measure_table
+    from compressor.core.data import get_task
+
+    _, teacher, _ = models
+    halved = str(tmp_path / "halved")
+    cli(["prune", teacher, "--method", "structured", "--set", "heads=0.5", "--set", "ffn=0", "--set", "scope=layer", "--recover",
+         "mode=none", "--out", halved, "--data-dir", glue_dir, *DATA, "--set", "device=cpu"])
+    space = dict(heads=[0.0, 0.5], ffn=[0.0], tokens=[1.0], precisions=["fp32"], exits=["none"], seq_len=16)
+    asked = []
+    patch = pytest.MonkeyPatch()
+    patch.setattr(LatencyTable, "_measure", lambda self, needs: asked.extend(needs) or made_up_measure(self, needs))
+    try:
+        done = measure_table(teacher, str(tmp_path / "table.json"), data_dir=glue_dir, log=lambda m: None,
+                             student=halved, **space)
+    finally:
+        patch.undo()
+    assert {(h, f) for _, _, h, f in asked} == {(4, 64), (2, 64), (1, 64)} and done["measured"] == 3
+    from compressor.auto.config import AutoConfig
+
+    config = AutoConfig(target_table=str(tmp_path / "table.json"), student=halved, **space)
+    check_target_table(config, teacher, get_task("sst2"), 16, lambda m: None, student=halved)
+    # a table measured for the teacher's search over the same shares lacks the student's smallest shape
+    patch.setattr(LatencyTable, "_measure", made_up_measure)
+    try:
+        measure_table(teacher, str(tmp_path / "teacher.json"), data_dir=glue_dir, log=lambda m: None, **space)
+    finally:
+        patch.undo()
+    config.target_table = str(tmp_path / "teacher.json")
+    with pytest.raises(MissingEntry, match="the layer of 1 heads and FFN 64"):
+        check_target_table(config, teacher, get_task("sst2"), 16, lambda m: None, student=halved)

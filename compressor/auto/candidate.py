@@ -116,7 +116,7 @@ def build_candidate(source: str, task, train_set, held, params: dict, work: str,
     check_combination(params)
     os.makedirs(work, exist_ok=True)
     teacher = teacher or source
-    current, scores, shape, checkpoint = source, [], None, source
+    current, scores, shape, checkpoint = source, [], read_meta(source).get("shape"), source
     fp32_units: List[str] = []
     reach, exits = None, None
     stages = recipe_stages(params, source_layers, config.importance_rows, recover, config.exit_epochs)

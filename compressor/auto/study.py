@@ -212,7 +212,7 @@ def check_student(student: str, teacher: str) -> str:
     spec, mine = arch_of(theirs), arch_of(ours)
 
     def head_size(config, arch):
-        return arch.hidden_size(config) // max(1, config.num_attention_heads)
+        return arch.hidden_size(config) // max(1, arch.num_heads(config))
 
     same = (theirs.model_type == ours.model_type and spec.hidden_size(theirs) == mine.hidden_size(ours)
             and head_size(theirs, spec) == head_size(ours, mine)
@@ -450,13 +450,14 @@ def _alive(pid: int) -> bool:
 
 
 def _model_layers(folder: str) -> list:
-    """(heads, ffn) of each layer of the model in ``folder``."""
+    """(heads, ffn) of each layer of the model in ``folder`` (a pruned one's as its folder records)."""
     from compressor.auto.candidate import _layers
     from compressor.core.arch import arch_of
+    from compressor.core.loaders import read_meta
     from compressor.core.models import load_config
 
     config = load_config(folder)
-    return _layers(None, arch_of(config).num_layers(config), folder)
+    return _layers(read_meta(folder).get("shape"), arch_of(config).num_layers(config), folder)
 
 
 def _share_cores(workers: int) -> None:

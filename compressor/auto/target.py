@@ -48,14 +48,14 @@ def kept(units: int, share: float, minimum: int) -> int:
 
 
 def table_needs(config: AutoConfig, teacher_shape: Tuple[int, int], depth: int, seq_len: int,
-                source_shape: Optional[Tuple[int, int]] = None) -> Dict[str, Set[tuple]]:
+                source_shapes: Optional[Set[Tuple[int, int]]] = None) -> Dict[str, Set[tuple]]:
     """The entries a search over ``config``'s space can ask of the table, for a teacher of
     ``teacher_shape`` (heads, FFN) at ``seq_len`` tokens whose trials compress a model of ``depth``
-    layers of ``source_shape`` (the teacher's own by default; a student's): ``layers`` as
-    ``(precision, seq, heads, ffn)``, ``tokens`` and ``exits`` as ``(precision, seq)``."""
+    layers of ``source_shapes`` (the teacher's own by default; a student's layers' shapes):
+    ``layers`` as ``(precision, seq, heads, ffn)``, ``tokens`` and ``exits`` as ``(precision, seq)``."""
     heads, ffn = teacher_shape
-    own_heads, own_ffn = source_shape or teacher_shape
-    shapes = {(kept(own_heads, h, MIN_HEADS), kept(own_ffn, f, MIN_FFN)) for h in config.heads for f in config.ffn}
+    shapes = {(kept(own_heads, h, MIN_HEADS), kept(own_ffn, f, MIN_FFN))
+              for own_heads, own_ffn in (source_shapes or {teacher_shape}) for h in config.heads for f in config.ffn}
     layer_precisions = {p for q in config.precisions for p in LAYER_PRECISIONS[q]}
     first, deepest = seq_bucket(seq_len), depth   # every candidate keeps at most the source's layers
     layers = {("fp32", first, heads, ffn)}   # the teacher, predicted for the report
@@ -116,8 +116,10 @@ def source_needs(config: AutoConfig, teacher: str, seq_len: int, student: Option
     """:func:`table_needs` of a search of ``teacher`` whose trials compress ``student`` (or the teacher)."""
     shape, depth = teacher_shape(teacher)
     if student:
-        own, depth = teacher_shape(student)
-        return table_needs(config, shape, depth, seq_len, own)
+        from compressor.auto.study import _model_layers
+
+        layers = _model_layers(student)
+        return table_needs(config, shape, len(layers), seq_len, set(layers))
     return table_needs(config, shape, depth, seq_len)
 
 
