@@ -57,3 +57,31 @@ def test_summary_ratios_and_targets():
     assert not by[("mrpc", 2)]["meets_issue33_15x"]   # 120 / 10 = 12
     assert summary["geometric_mean"][1]["chain_over_today"] == pytest.approx((1.08 * 1.25) ** 0.5, abs=1e-3)
     assert "| rte | 1 | 100.00 | 5.00 | 5.40 | 1.080 |" in cls.markdown(summary)
+
+
+def test_a_run_name_and_a_mixed_choice_recorded_under_search_mixed(tmp_path):
+    folder = tmp_path / "cola-task2-b256" / "05-quantize"
+    os.makedirs(folder)
+    (folder / "record.json").write_text(json.dumps(
+        {"method": "auto", "search": {"chosen": "mixed (2 FP32 units)", "mixed": {"fp32_units": ["layer.1", "layer.0"]}}}))
+    plan = cls.new_chain_plan(str(tmp_path), "cola", [], "task2-b256")
+    assert plan["int8"] == {"method": "mixed", "fp32_units": ["layer.1", "layer.0"]}
+    assert cls.bracket_units(str(tmp_path), run="task2-b256") == ["layer.1", "layer.0"]
+
+
+def test_added_graphs_get_their_ratios_and_a_table():
+    summary = cls.summarize({"mrpc": _doc({"teacher": 120.0, "today-chain-int8": 8.0, "trained": 16.0})})
+    row = next(r for r in summary["rows"] if r["threads"] == 1)
+    assert row["added"] == {"trained": {"over_today": 2.0, "teacher_over": 7.5}}
+    assert "| mrpc | 1 | trained | 16.00 | 2.000 | 7.5 |" in cls.markdown(summary)
+
+
+def test_add_is_checked_before_anything_is_built(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    with pytest.raises(SystemExit, match="TASK:NAME=FOLDER"):
+        cls.main(["--base", str(base), "--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "o"),
+                  "--tasks", "mrpc", "--add", "mrpc-trained"])
+    with pytest.raises(SystemExit, match="must not be one of"):
+        cls.main(["--base", str(base), "--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "o"),
+                  "--tasks", "mrpc", "--add", f"mrpc:teacher={tmp_path}"])

@@ -67,7 +67,8 @@ def int8_choice(record: dict) -> dict:
     search = record.get("search") or {}
     chosen = search.get("chosen")
     if record.get("method") == "mixed" or (chosen or "").startswith("mixed"):
-        return {"method": "mixed", "fp32_units": list(search.get("fp32_units") or [])}
+        units = search.get("fp32_units") or (search.get("mixed") or {}).get("fp32_units") or []
+        return {"method": "mixed", "fp32_units": list(units)}
     names = {"dynamic-int8": "dynamic", "dynamic-int8-per-tensor": "dynamic_per_tensor",
              "static-int8": "static", "fp32": "fp32"}
     if chosen is not None:
@@ -79,9 +80,10 @@ def int8_choice(record: dict) -> dict:
     raise SystemExit(f"quantize record: no INT8 choice in method {record.get('method')!r}")
 
 
-def new_chain_plan(records: str, task: str, bracket_units: List[str]) -> dict:
-    """The accuracy-first chain's shape and INT8 choice for ``task`` from its GPU run's records."""
-    folder = os.path.join(records, f"{task}-chain")
+def new_chain_plan(records: str, task: str, bracket_units: List[str], run: str = "chain") -> dict:
+    """The accuracy-first chain's shape and INT8 choice for ``task`` from its GPU run's records
+    (``{records}/{task}-{run}/``)."""
+    folder = os.path.join(records, f"{task}-{run}")
     prune = _read(os.path.join(folder, "03-prune", "record.json"))
     quant = _read(os.path.join(folder, "05-quantize", "record.json"))
     plan = {"layers": 6, "vocab": "full (no vocabulary pruning)"}
@@ -104,11 +106,11 @@ def new_chain_plan(records: str, task: str, bracket_units: List[str]) -> dict:
     return plan
 
 
-def bracket_units(records: str, tasks=TASKS) -> List[str]:
+def bracket_units(records: str, tasks=TASKS, run: str = "chain") -> List[str]:
     """The FP32 units of the recorded mixed choice that kept the most (the bracket for tasks without one)."""
     most: List[str] = []
     for task in tasks:
-        quant = _read(os.path.join(records, f"{task}-chain", "05-quantize", "record.json"))
+        quant = _read(os.path.join(records, f"{task}-{run}", "05-quantize", "record.json"))
         if quant is not None:
             units = int8_choice(quant)["fp32_units"]
             if len(units) > len(most):
@@ -255,6 +257,9 @@ def time_task(task: str, folders: Dict[str, str], data_dir: str, threads: List[i
     return record
 
 
+BUILT = ("teacher", "today-chain-int8", "chain-int8", "chain-int8-fp32units")
+
+
 def summarize(records: Dict[str, dict]) -> dict:
     """Per task and thread count: each variant's batch-1 p50 and the ratios the targets name
     (chain / today's chain: issue 32 wants at most 1.10; teacher / chain: issue 33 wants at least 15),
@@ -278,6 +283,11 @@ def summarize(records: Dict[str, dict]) -> dict:
                     row["meets_issue33_15x"] = row["teacher_over_chain-int8"] >= 15
             if "chain-int8-fp32units" in by and "today-chain-int8" in by:
                 row["chain_fp32units_over_today"] = round(by["chain-int8-fp32units"] / by["today-chain-int8"], 3)
+            for name in by:   # graphs given with --add: over today's chain, and the teacher over them
+                if name not in BUILT and "today-chain-int8" in by:
+                    row.setdefault("added", {})[name] = {
+                        "over_today": round(by[name] / by["today-chain-int8"], 3),
+                        "teacher_over": round(by["teacher"] / by[name], 2) if "teacher" in by else None}
             rows.append(row)
     means = {}
     for threads in sorted({r["threads"] for r in rows}):
@@ -306,6 +316,14 @@ def markdown(summary: dict) -> str:
     for threads, m in summary["geometric_mean"].items():
         lines.append(f"| geometric mean | {threads} | | | | {fmt(m.get('chain_over_today'), 3)} "
                      f"| {fmt(m.get('teacher_over_chain-int8'), 1)} | {fmt(m.get('teacher_over_today-chain-int8'), 1)} | |")
+    added = [(r, name, a) for r in summary["rows"] for name, a in (r.get("added") or {}).items()]
+    if added:
+        lines += ["", "Graphs given with `--add` (trained weights), timed in the same runs:", "",
+                  "| task | threads | graph | p50 ms | / today's chain (≤1.10) | teacher / it (≥15) |",
+                  "|---|---:|---|---:|---:|---:|"]
+        for r, name, a in added:
+            lines.append(f"| {r['task']} | {r['threads']} | {name} | {fmt(r['p50_ms'][name])} "
+                         f"| {fmt(a['over_today'], 3)} | {fmt(a['teacher_over'], 1)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -326,6 +344,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--sentences", type=int, default=100)
     ap.add_argument("--preset", default="auto", help="INT8 preset of every graph (auto: this CPU's)")
     ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--run-name", default="chain",
+                    help="the chain's run folder in --records: {task}-RUN (e.g. task2-b256)")
+    ap.add_argument("--add", action="append", default=[], metavar="TASK:NAME=FOLDER",
+                    help="also time this graph folder (trained weights) in TASK's run, as NAME; repeatable")
     ap.add_argument("--build-only", action="store_true", help="build every graph, time nothing")
     args = ap.parse_args(argv)
     if not args.base or not os.path.isdir(args.base):
@@ -337,11 +359,22 @@ def main(argv=None) -> dict:
     if unknown:
         raise SystemExit(f"unknown tasks {unknown}; known: {', '.join(TASKS)}")
     threads = [int(t) for t in args.threads.split(",")]
+    added: Dict[str, Dict[str, str]] = {}
+    for spec in args.add:
+        task_name, _, folder = spec.partition("=")
+        task, _, name = task_name.partition(":")
+        if not (task and name and folder) or task not in tasks:
+            raise SystemExit(f"--add {spec!r}: give TASK:NAME=FOLDER with TASK one of {', '.join(tasks)}")
+        if name in BUILT or not os.path.isdir(folder):
+            raise SystemExit(f"--add {spec!r}: NAME must not be one of {', '.join(BUILT)}, FOLDER a folder")
+        added.setdefault(task, {})[name] = folder
     command = "python -m bench.experiments.chain_latency_same_shape " + " ".join(
         a if not os.path.isabs(a) or a.startswith("/tmp/") else "PATH" for a in (argv or sys.argv[1:]))
-    bracket = bracket_units(args.records)
-    plans = {t: {"chain": new_chain_plan(args.records, t, bracket), "today_chain": today_plan(args.today_runs, t)}
-             for t in tasks}
+    bracket = bracket_units(args.records, run=args.run_name)
+    plans = {t: {"chain": new_chain_plan(args.records, t, bracket, args.run_name),
+                 "today_chain": today_plan(args.today_runs, t)} for t in tasks}
+    for t, graphs in added.items():
+        plans[t]["added"] = {name: "a given folder (trained weights)" for name in graphs}
     started = time.monotonic()
     folders = {t: build_task(t, args.base, args.work, args.data_dir, plans[t]["chain"], plans[t]["today_chain"],
                              args.preset) for t in tasks}
@@ -352,7 +385,7 @@ def main(argv=None) -> dict:
     records = {}
     for t in tasks:
         log(f"{t}: timing {', '.join(folders[t])}")
-        records[t] = time_task(t, folders[t], args.data_dir, threads, args.sentences, args.preset,
+        records[t] = time_task(t, {**folders[t], **added.get(t, {})}, args.data_dir, threads, args.sentences, args.preset,
                                os.path.join(args.out_dir, f"latency-{t}-cpu.json"), args.work, command, plans[t])
     summary = summarize(records)
     summary.update(command=command, tasks=tasks, threads=threads, sentences=args.sentences,
