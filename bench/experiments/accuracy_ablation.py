@@ -180,6 +180,11 @@ def _int8(method: str, granularity: str = ""):
     return edit
 
 
+# task2-b256's edits (batch 256, the labels in the distillation and the recovery), which every
+# task2-* variant starts from, and the seed of those that change a stage after its student
+_TASK2 = [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0)]
+_ON_TASK2_STUDENT = ("task2-b256", "02-distill", True)
+
 # name -> (what it changes, edits of the chain's recipe, the variant its figure is compared with,
 #          the stage kind whose dev score is the variant's figure, (parent, stage folder, seed?))
 # A variant waits for the parent's stage folder; "seed" copies the parent's folders up to it into
@@ -218,43 +223,37 @@ VARIANTS = {
              [_batch(256, 2.0)], "chain", "distill", None),
     "task2-b256": ("b256 with the training rows' labels beside the soft targets in the distillation's prediction "
                    "phase and in the prune stage's recovery (task loss 1 in both)",
-                   [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0)], "b256", "distill", None),
+                   _TASK2, "b256", "distill", None),
     # the prune stage's recovery on task2-b256's student (CoLA lost 6.2 MCC to pruning there)
     "task2-rlr": ("task2-b256's student pruned with its recovery's learning rate at 5e-5 (not doubled at batch 256)",
-                  [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _recover_lr(5e-5)], "task2-b256", "prune",
-                  ("task2-b256", "02-distill", True)),
+                  [*_TASK2, _recover_lr(5e-5)], "task2-b256", "prune", _ON_TASK2_STUDENT),
     "task2-rhid": ("task2-b256's student pruned, its recovery matching the teacher's hidden states (every other "
                    "layer) beside the soft targets and labels",
-                   [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _recover_hidden], "task2-b256",
-                  "prune", ("task2-b256", "02-distill", True)),
+                   [*_TASK2, _recover_hidden], "task2-b256", "prune", _ON_TASK2_STUDENT),
     "task2-r4": ("task2-b256's student pruned, 4 recovery epochs instead of 2",
-                 [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _recovery(4)], "task2-b256", "prune",
-                 ("task2-b256", "02-distill", True)),
+                 [*_TASK2, _recovery(4)], "task2-b256", "prune", _ON_TASK2_STUDENT),
     "task2-iter2": ("task2-b256's student pruned in 2 steps (a quarter, then the next quarter), recovering after each",
-                    [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _prune_steps(2)], "task2-b256", "prune",
-                    ("task2-b256", "02-distill", True)),
+                    [*_TASK2, _prune_steps(2)], "task2-b256", "prune", _ON_TASK2_STUDENT),
     "task2-h25": ("task2-b256's student with a quarter of its heads pruned (not half), half its FFN neurons",
-                  [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _prune_amount(0.25, 0.5)], "task2-b256",
-                  "prune", ("task2-b256", "02-distill", True)),
+                  [*_TASK2, _prune_amount(0.25, 0.5)], "task2-b256", "prune", _ON_TASK2_STUDENT),
     "task2-f25": ("task2-b256's student with half its heads pruned, a quarter of its FFN neurons (not half)",
-                  [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _prune_amount(0.5, 0.25)], "task2-b256",
-                  "prune", ("task2-b256", "02-distill", True)),
+                  [*_TASK2, _prune_amount(0.5, 0.25)], "task2-b256", "prune", _ON_TASK2_STUDENT),
     "q0": ("the recipe as it is, INT8 chosen on the held-out rows' measured drop (confidence 0); also the "
            "token-pruning recipe's variant (TOKENS_RECIPE_VARIANT=q0)", [_point_estimate], "chain", "quantize", None),
     "task2-q0": ("task2-b256's FP32 graph, INT8 chosen on the held-out rows' measured drop (confidence 0; "
-                 "agreement >= 0.99 kept)", [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _point_estimate],
-                 "task2-b256", "quantize", ("task2-b256", "04-export", True)),
+                 "agreement >= 0.99 kept)", [*_TASK2, _point_estimate], "task2-b256", "quantize",
+                 ("task2-b256", "04-export", True)),
     "task2-iter2q0": ("task2-iter2 (pruning in two steps) with the INT8 choice of task2-q0",
-                      [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _prune_steps(2), _point_estimate],
-                      "task2-b256", "prune", ("task2-b256", "02-distill", True)),
+                      [*_TASK2, _prune_steps(2), _point_estimate],
+                      "task2-b256", "prune", _ON_TASK2_STUDENT),
     "task2-p25q0": ("task2-b256's student with a quarter of its heads and of its FFN neurons pruned (not half), "
                     "INT8 as task2-q0: accuracy bought back by width, latency by the INT8 choice and tokens",
-                    [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0), _prune_amount(0.25, 0.25), _point_estimate],
-                    "task2-b256", "prune", ("task2-b256", "02-distill", True)),
+                    [*_TASK2, _prune_amount(0.25, 0.25), _point_estimate],
+                    "task2-b256", "prune", _ON_TASK2_STUDENT),
     "task2-redistill": ("task2-b256's student pruned without recovery, then distilled again with the whole "
                         "schedule (5 + 3 epochs; hidden states, embeddings, soft targets and labels) into its new shape",
                         [_batch(256, 2.0), _task_loss(1.0), _redistill], "task2-b256", "distill",
-                        ("task2-b256", "02-distill", True)),
+                        _ON_TASK2_STUDENT),
     "noaug-i5": ("no augmentation, 5 + 3 epochs over the training rows", [_no_augment, _distill_only],
                  "c20-i5|chain", "distill", None),
     "no-intermediate": ("20 copies, no intermediate stage: soft targets for 3 epochs",
