@@ -31,6 +31,7 @@ def main(argv=None):
     from bench.experiments.chain_latency_same_shape import _read, int8_choice, int8_maker
     from bench.experiments.token_prune_latency import kept_shares
     from compressor.bench.harness import BenchConfig, Spec, fingerprint, isolated_latency, percentiles
+    from compressor.core.io import write_text
     from compressor.core.data import get_task, load_data
     from compressor.export.onnx import example_texts, export_onnx
     from compressor.tokens.stage import token_prune
@@ -42,6 +43,7 @@ def main(argv=None):
                    "GPU run's ({task}-tokens/report.md)", "keep": keep, "batch": 1, "tasks": {}}
     for task in args.tasks:
         folder = os.path.join(args.work, task)
+        dev8 = load_data(get_task(task), "dev", data_dir, 8)   # the rows each INT8 graph is scored on as it is made
         choice = int8_choice(_read(os.path.join(args.records, f"{task}-tokens", "04-quantize", "record.json")))
         tok = os.path.join(folder, "tokens-hf")
         if not os.path.isdir(tok):
@@ -53,8 +55,7 @@ def main(argv=None):
             export_onnx(tok, onnx, task=task, data_dir=data_dir, parity_limit=8, overwrite=True)
         q = os.path.join(folder, "tokens-int8")
         if not os.path.isdir(q):
-            int8_maker(onnx, choice, task, data_dir, "auto",
-                       load_data(get_task(task), "dev", data_dir, 8))(q)
+            int8_maker(onnx, choice, task, data_dir, "auto", dev8)(q)
         graphs = {"chain-int8": os.path.join(folder, "chain-int8"), "chain-tokens-int8": q}
         chain_choice = (_read(os.path.join(folder, "plan.json")) or {}).get("new", {}).get("int8")
         entry = {"tokens_int8_choice": choice, "chain_int8_choice": chain_choice}
@@ -62,8 +63,7 @@ def main(argv=None):
             # the token graph with the chain's own INT8 choice: token pruning's effect alone
             same = os.path.join(folder, "tokens-int8-chain-choice")
             if not os.path.isdir(same):
-                int8_maker(onnx, chain_choice, task, data_dir, "auto",
-                           load_data(get_task(task), "dev", data_dir, 8))(same)
+                int8_maker(onnx, chain_choice, task, data_dir, "auto", dev8)(same)
             graphs["chain-tokens-int8-chain-choice"] = same
         if args.build_only:
             out["tasks"][task] = entry
@@ -85,8 +85,7 @@ def main(argv=None):
         out["tasks"][task] = entry
     out["fingerprint"] = fingerprint()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+    write_text(args.out, json.dumps(out, indent=1))   # a temporary name, then renamed into place
     print("wrote", args.out)
 
 
