@@ -60,7 +60,7 @@ def prepare(src: str, dst: str, variant: str = "", glue: str = "", data: str = "
         from bench.experiments.accuracy_ablation import apply_variant
         apply_variant(doc, variant)
     if until:   # after the variant, whose edits may touch the later stages
-        names = [next(iter(stage)) for stage in doc["stages"]]
+        names = [name for name, _ in stages_of(doc)]
         if until not in names:
             raise SystemExit(f"{src} has no {until} stage (its stages: {', '.join(names)})")
         doc["stages"] = doc["stages"][:names.index(until) + 1]
