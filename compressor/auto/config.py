@@ -168,6 +168,7 @@ class AutoConfig:
 
     def space(self) -> dict:
         """What a trial chooses from (recorded with the study: a resumed search must match it)."""
+        proxy = proxy_settings(self)
         return {"min_layers": self.min_layers, "layer_rules": list(self.layer_rules),
                 "heads": list(self.heads), "ffn": list(self.ffn), "vocab": list(self.vocab),
                 "tokens": list(self.tokens), "precisions": list(self.precisions),
@@ -176,7 +177,7 @@ class AutoConfig:
                 "target": self.target, "threads": self.threads, "max_drop": self.max_drop,
                 "score_rows": self.score_rows, "importance_rows": self.importance_rows,
                 "seq_len": self.seq_len, "max_length": self.max_length,
-                **({"proxy_recover": proxy_settings(self)} if proxy_settings(self) else {})}
+                **({"proxy_recover": proxy} if proxy else {})}
 
 
 def proxy_settings(config: AutoConfig) -> Optional[dict]:
