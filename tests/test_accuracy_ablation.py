@@ -6,7 +6,7 @@ import copy
 import pytest
 import yaml
 
-from bench.experiments.accuracy_ablation import VARIANTS, apply_variant
+from bench.experiments.accuracy_ablation import VARIANTS, apply_variant, deps
 from compressor.recipe.schema import validate_recipe
 
 pytestmark = pytest.mark.unit
@@ -35,7 +35,28 @@ def test_variants_build_on_variants_that_exist():
         for other in filter(None, compared.split("|")):
             assert other in VARIANTS, f"{name} is compared with unknown {other}"
         if dep is not None:
-            assert dep[0] in VARIANTS, f"{name} waits for unknown {dep[0]}"
+            for parent in dep[0].split("|"):
+                assert parent in VARIANTS, f"{name} waits for unknown {parent}"
+
+
+def test_a_variant_with_two_possible_parents_waits_for_the_one_in_the_session():
+    assert deps("task2-p25q0", ["task2-b256q0", "task2-p25q0"]) == "task2-b256q0 02-distill seed"
+    assert deps("task2-p25q0", ["task2-b256", "task2-b256q0"]) == "task2-b256 02-distill seed"
+    assert deps("task2-p25q0") == "task2-b256 02-distill seed"   # neither: the first, and the shell says SKIPPED
+    assert deps("task2-b256q0", ["task2-b256q0"]) == ""
+
+
+def test_the_one_run_parent_trains_task2_b256s_student_and_chooses_int8_as_task2_q0():
+    with open(BASES[0]) as f:
+        doc = yaml.safe_load(f)
+    one, two, q0 = (copy.deepcopy(doc) for _ in range(3))
+    apply_variant(one, "task2-b256q0")
+    apply_variant(two, "task2-b256")
+    apply_variant(q0, "task2-q0")
+    assert one == q0
+    stage = lambda d, k: next(s[k] for s in d["stages"] if k in s)   # noqa: E731
+    assert stage(one, "distill") == stage(two, "distill") and stage(one, "prune") == stage(two, "prune")
+    assert stage(one, "quantize") != stage(two, "quantize") and stage(one, "quantize")["confidence"] == 0
 
 
 def test_redistill_trains_the_pruned_student_again_without_attention_scores():

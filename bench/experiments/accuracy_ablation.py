@@ -7,7 +7,7 @@ pruning, one INT8 method instead of the held-out choice. A variant that changes 
 starts from the chain's finished stages (its run folder is seeded with copies of them, and the
 runner skips stages whose fingerprint is unchanged), so only what differs is trained again.
 
-    python3 -m bench.experiments.accuracy_ablation deps VARIANT       # what it waits for (shell)
+    python3 -m bench.experiments.accuracy_ablation deps VARIANT [LISTED...]  # what it waits for (shell)
     python3 -m bench.experiments.accuracy_ablation summary RESULTS    # summary.json + summary.md
 
 bench/experiments/accuracy_ablation_gpu.sh runs them; ``summary`` reads the stage records it
@@ -183,11 +183,12 @@ def _int8(method: str, granularity: str = ""):
 # task2-b256's edits (batch 256, the labels in the distillation and the recovery), which every
 # task2-* variant starts from, and the seed of those that change a stage after its student
 _TASK2 = [_batch(256, 2.0), _task_loss(1.0), _recover_task(1.0)]
-_ON_TASK2_STUDENT = ("task2-b256", "02-distill", True)
+# (either parent: the first of them listed in the session; task2-b256q0 trains the same student)
+_ON_TASK2_STUDENT = ("task2-b256|task2-b256q0", "02-distill", True)
 
 # name -> (what it changes, edits of the chain's recipe, the variant its figure is compared with,
 #          the stage kind whose dev score is the variant's figure, (parent, stage folder, seed?))
-# A variant waits for the parent's stage folder; "seed" copies the parent's folders up to it into
+# A variant waits for the parent's stage folder (a parent "a|b": the first of them in the session); "seed" copies the parent's folders up to it into
 # its own run (it trains only what comes after); without seed it only waits for the parent's
 # augmented copies (the same digest: taken from the cache, not made again).
 VARIANTS = {
@@ -225,6 +226,9 @@ VARIANTS = {
                    "phase and in the prune stage's recovery (task loss 1 in both)",
                    _TASK2, "b256", "distill", None),
     # the prune stage's recovery on task2-b256's student (CoLA lost 6.2 MCC to pruning there)
+    "task2-b256q0": ("task2-b256 with its INT8 chosen as task2-q0's (on the held-out rows' measured drop): one "
+                     "run instead of task2-b256 and task2-q0 where the GPU machine's CPU is small",
+                     [*_TASK2, _point_estimate], "task2-q0|task2-b256", "quantize", None),
     "task2-rlr": ("task2-b256's student pruned with its recovery's learning rate at 5e-5 (not doubled at batch 256)",
                   [*_TASK2, _recover_lr(5e-5)], "task2-b256", "prune", _ON_TASK2_STUDENT),
     "task2-rhid": ("task2-b256's student pruned, its recovery matching the teacher's hidden states (every other "
@@ -245,11 +249,11 @@ VARIANTS = {
                  ("task2-b256", "04-export", True)),
     "task2-iter2q0": ("task2-iter2 (pruning in two steps) with the INT8 choice of task2-q0",
                       [*_TASK2, _prune_steps(2), _point_estimate],
-                      "task2-b256", "prune", _ON_TASK2_STUDENT),
+                      "task2-b256|task2-b256q0", "prune", _ON_TASK2_STUDENT),
     "task2-p25q0": ("task2-b256's student with a quarter of its heads and of its FFN neurons pruned (not half), "
                     "INT8 as task2-q0: accuracy bought back by width, latency by the INT8 choice and tokens",
                     [*_TASK2, _prune_amount(0.25, 0.25), _point_estimate],
-                    "task2-b256", "prune", _ON_TASK2_STUDENT),
+                    "task2-b256|task2-b256q0", "prune", _ON_TASK2_STUDENT),
     "task2-redistill": ("task2-b256's student pruned without recovery, then distilled again with the whole "
                         "schedule (5 + 3 epochs; hidden states, embeddings, soft targets and labels) into its new shape",
                         [_batch(256, 2.0), _task_loss(1.0), _redistill], "task2-b256", "distill",
@@ -279,10 +283,15 @@ def apply_variant(doc: dict, name: str) -> None:
         edit(doc)
 
 
-def deps(name: str) -> str:
-    """``PARENT STAGE_FOLDER seed|wait`` for the shell, or nothing."""
+def deps(name: str, listed=()) -> str:
+    """``PARENT STAGE_FOLDER seed|wait`` for the shell, or nothing. A parent written ``a|b`` is the
+    first of them among ``listed`` (the session's variants of the task), else ``a``."""
     dep = VARIANTS[name][4]
-    return "" if dep is None else f"{dep[0]} {dep[1]} {'seed' if dep[2] else 'wait'}"
+    if dep is None:
+        return ""
+    choices = dep[0].split("|")
+    parent = next((c for c in choices if c in listed), choices[0])
+    return f"{parent} {dep[1]} {'seed' if dep[2] else 'wait'}"
 
 
 def _stage_record(run: str, kind: str):
@@ -426,8 +435,8 @@ def table(tasks: dict) -> str:
 
 def main(argv=None) -> None:
     argv = argv if argv is not None else sys.argv[1:]
-    if len(argv) == 2 and argv[0] == "deps":
-        print(deps(argv[1]))
+    if len(argv) >= 2 and argv[0] == "deps":
+        print(deps(argv[1], argv[2:]))
         return
     if len(argv) != 2 or argv[0] != "summary":
         raise SystemExit(__doc__)

@@ -48,7 +48,7 @@ ablation_lane() {  # gpu task
   for name in ${!v:-chain}; do
     local base=chain-augmented; [ $task = sst2 ] && base=chain-augmented-sst2   # SST-2: 2 copies, 2 + 2 epochs
     local recipe; recipe=$(recipe_copy recipes/mpnet/$base.yaml $task-$name $name)
-    set -- $(python3 -m bench.experiments.accuracy_ablation deps $name)
+    set -- $(python3 -m bench.experiments.accuracy_ablation deps $name ${!v:-chain})
     if [ $# = 0 ]; then
       start_run $gpu $task "$recipe" $task-$name
     elif [ -z "${pid[$1]:-}" ]; then

@@ -10,6 +10,8 @@
 # PAIR2 (default auto) picks what GPUs 2 and 3 run: auto, seeds (seed_systems_gpu.sh, issue 32's seed
 # systems with augmentation on RTE and MRPC; its settings with the prefix SEED_, results in OUT/seeds)
 # or none.
+# On one GPU (nvidia-h200, 16 cores): PAIR2=none ABL_LANES="0:cola,stsb,mrpc,sst2,rte" ABL_TOKENS_AFTER=
+# and fewer variants (task2-b256q0 instead of task2-b256 + task2-q0: each INT8 search is CPU time).
 # It needs what both scripts need: optuna's wheels in .whl/auto and the 2-core table in
 # .carry/auto-table/TABLE.json (auto_gpu.sh's header).
 set -uo pipefail
