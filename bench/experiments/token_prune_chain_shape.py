@@ -17,6 +17,30 @@ import os
 import sys
 
 
+TOKEN_FOLDERS = ("tokens-hf", "tokens-onnx", "tokens-int8", "tokens-int8-chain-choice")
+
+
+def _fresh(folder: str, plan: dict) -> None:
+    """Drop the token graphs built for another chain shape, schedule or INT8 choice: the work folder
+    is chain_latency_same_shape's, rebuilt in place whenever it is given another run's records."""
+    import shutil
+
+    stamp = os.path.join(folder, "tokens-plan.json")
+    try:
+        with open(stamp) as f:
+            same = json.load(f) == plan
+    except (OSError, ValueError):
+        same = False
+    if same:
+        return
+    for name in TOKEN_FOLDERS:
+        shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+    tmp = stamp + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(plan, f)
+    os.replace(tmp, stamp)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", default="runs/chain-latency-same-shape")
@@ -25,6 +49,11 @@ def main(argv=None):
     ap.add_argument("--keep", required=True)
     ap.add_argument("--rows", type=int, default=100)
     ap.add_argument("--threads", type=int, nargs="+", default=[1])
+    ap.add_argument("--int8", choices=["tokens", "chain"], default="tokens",
+                    help="the token graph's INT8 choice: the GPU run's token recipe's ({task}-tokens), or the "
+                         "chain's own (for a chain whose run had no token recipe)")
+    ap.add_argument("--with-today", action="store_true",
+                    help="also time today's chain (the work folder's today-int8) in the same rounds")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -44,7 +73,11 @@ def main(argv=None):
     for task in args.tasks:
         folder = os.path.join(args.work, task)
         dev8 = load_data(get_task(task), "dev", data_dir, 8)   # the rows each INT8 graph is scored on as it is made
-        choice = int8_choice(_read(os.path.join(args.records, f"{task}-tokens", "04-quantize", "record.json")))
+        chain_choice = (_read(os.path.join(folder, "plan.json")) or {}).get("new", {}).get("int8")
+        choice = chain_choice if args.int8 == "chain" else \
+            int8_choice(_read(os.path.join(args.records, f"{task}-tokens", "04-quantize", "record.json")))
+        _fresh(folder, {"chain": (_read(os.path.join(folder, "plan.json")) or {}).get("new"), "keep": keep,
+                        "int8": choice})
         tok = os.path.join(folder, "tokens-hf")
         if not os.path.isdir(tok):
             token_prune(os.path.join(folder, "chain-hf"), tok,
@@ -57,7 +90,8 @@ def main(argv=None):
         if not os.path.isdir(q):
             int8_maker(onnx, choice, task, data_dir, "auto", dev8)(q)
         graphs = {"chain-int8": os.path.join(folder, "chain-int8"), "chain-tokens-int8": q}
-        chain_choice = (_read(os.path.join(folder, "plan.json")) or {}).get("new", {}).get("int8")
+        if args.with_today:
+            graphs["today-chain-int8"] = os.path.join(folder, "today-int8")
         entry = {"tokens_int8_choice": choice, "chain_int8_choice": chain_choice}
         if chain_choice and set(chain_choice.get("fp32_units", [])) != set(choice.get("fp32_units", [])):
             # the token graph with the chain's own INT8 choice: token pruning's effect alone
@@ -78,7 +112,10 @@ def main(argv=None):
             base = stats["chain-int8"]
             ratio = {n: {"mean": round(base["mean"] / s["mean"], 3), "p50": round(base["p50"] / s["p50"], 3)}
                      for n, s in stats.items() if n != "chain-int8"}
-            entry[f"{threads}_threads"] = {"ms": stats, "speedup": ratio,
+            today = stats.get("today-chain-int8")
+            over_today = {n: round(s["p50"] / today["p50"], 3) for n, s in stats.items()
+                          if today and n != "today-chain-int8"}   # p50 over today's chain (issue 32: <= 1.10)
+            entry[f"{threads}_threads"] = {"ms": stats, "speedup": ratio, **({"p50_over_today": over_today} if today else {}),
                                            "loadavg_before": [round(v, 2) for v in before],
                                            "loadavg_after": [round(v, 2) for v in os.getloadavg()]}
             print(task, threads, ratio, {n: (s["mean"], s["p50"]) for n, s in stats.items()}, flush=True)
