@@ -62,7 +62,9 @@ def test_peers_are_built_and_int8_is_smaller(teacher, tmp_path):
 def test_a_stopped_benchmark_keeps_what_it_finished_and_a_rerun_measures_every_variant(
         teacher, export_dir, dev, tmp_path, monkeypatch, capsys):
     """One results file: a run stopped at its second thread count keeps the first; the run
-    again, complete, measures every variant (one benchmark of each kind, not two complete ones)."""
+    again, complete, measures every variant (one benchmark of each kind, not two complete ones).
+    The stopped run times the teacher's ONNX export (its worker starts in a fraction of a second;
+    a PyTorch one imports torch and transformers: seconds, twice)."""
     from compressor.bench import harness
     from compressor.bench.harness import BenchConfig
     from compressor.bench.report import collect, markdown
@@ -81,7 +83,7 @@ def test_a_stopped_benchmark_keeps_what_it_finished_and_a_rerun_measures_every_v
     out = str(tmp_path / "results.json")
     stopped = BenchConfig(sentences=4, warmup=1, threads=[1, 2], batch_sizes=[], memory=False)
     with pytest.raises(KeyboardInterrupt):
-        run_benchmark([], teacher=teacher, peers=[], config=stopped, dev=dev, out=out, command="test",
+        run_benchmark([], teacher=export_dir, peers=[], config=stopped, dev=dev, out=out, command="test",
                       log=lambda m: None)
     saved = read_results(out)
     assert saved["config"]["complete"] is False
