@@ -1,4 +1,4 @@
-"""The real MiniLM-L6 through the CLI, as a user would run it (about half a minute on 2 cores)."""
+"""The real MiniLM-L6 through the CLI, as a user would run it (about 20 s on 2 cores)."""
 import json
 
 from compressor.cli import main
@@ -12,11 +12,11 @@ def test_minilm_recipe_run_then_eval_and_predict(tmp_path, capsys):
     recipe.write_text("""
 name: minilm-smoke
 task: sst2
-data: {dir: embedded, train_limit: 1280, dev_limit: 300}
+data: {dir: embedded, train_limit: 640, dev_limit: 300}
 device: cpu
 teacher:
   model: minilm-l6
-  finetune: {epochs: 1, lr: 2e-4, batch_size: 32, max_length: 32}
+  finetune: {epochs: 1, lr: 2e-4, batch_size: 16, max_length: 32}
 stages: []
 """)
     # dev is scored once as the teacher trains (at the end of its one epoch: the last weights, 40
@@ -27,7 +27,8 @@ stages: []
     assert f"report: {out / 'report.md'}" in printed
     teacher = json.loads((out / "00-teacher" / "record.json").read_text())
     assert teacher["parameters"] == 22_713_986  # MiniLM-L6 plus a 2-way head
-    assert teacher["metrics"]["accuracy"] >= 0.70  # 40 steps from a sentence encoder (0.773 here)
+    assert teacher["metrics"]["accuracy"] >= 0.70  # 40 steps of 16 from a sentence encoder (0.763 here;
+    # 0.757 with seeds 1 and 2; 1280 rows in steps of 32 gave 0.773 in twice the time)
 
     main(["eval", str(out / "00-teacher"), "--data-dir", "embedded", "--limit", "300",
           "--device", "cpu"])
