@@ -181,9 +181,10 @@ def _peers(recipe: str) -> list:
             if name == "bench" for p in (settings or {}).get("peers", [])]
 
 
-# the peers (the teacher's, alike in every chain) are timed in one run: the first that names them.
-# The bench stage (worker processes, one per model) runs there alone: in another chain's run every
-# model the stage would time is built and run here by the bench harness, in this process
+# the peers (the teacher's, alike in every chain) are timed once: by the bench stage of the first
+# recipe that names them, run alone on the teacher (worker processes, one per model: a PyTorch
+# one takes seconds to start). In every chain's run, each model its bench stage would time is
+# built and run here by the bench harness, in this process
 PEERS_RUN = next(g[0] for g in alike(RECIPES) if _peers(g[0]))
 
 
@@ -213,21 +214,34 @@ def test_the_recipe_runs_on_an_mpnet_teacher(group, mpnet_teacher, glue_dir, tmp
     for other in group[1:]:                 # the run below is theirs too: they need only be valid
         assert validate_recipe(shrunk(other, str(tmp_path / "alike.yaml"), mpnet_teacher,
                                       str(tmp_path / "general"))) == [], other
-    # the peers (the teacher's) are timed in one run; the other chains time their own models
-    path = shrunk(recipe, str(tmp_path / "r.yaml"), mpnet_teacher, str(tmp_path / "general"),
-                  peers=recipe == PEERS_RUN, bench=recipe == PEERS_RUN)
+    path = shrunk(recipe, str(tmp_path / "r.yaml"), mpnet_teacher, str(tmp_path / "general"), peers=False,
+                  bench=False)
     teacher = held_out_teacher(mpnet_teacher, str(tmp_path / "teacher"), glue_dir) \
         if chooses_on_holdout(recipe) else mpnet_teacher
     manifest = run_recipe(path, str(tmp_path / "run"), data_dir=glue_dir, task="sst2",
                           teacher=teacher, log=lambda msg: None)
     stages = manifest["stages"]
     names = [name for stage in yaml.safe_load(open(recipe))["stages"] for name in stage]
-    ran = names if recipe == PEERS_RUN else [n for n in names if n != "bench"]
+    ran = [n for n in names if n != "bench"]
     assert stages[0]["dir"] == "00-teacher" and [s["stage"] for s in stages[1:]] == ran
     if ran != names:   # what its bench stage would have timed: each model built and run as a worker does
         from compressor.core.data import load_split
 
         _built_as_the_bench_builds(str(tmp_path / "run"), stages, load_split("sst2", "dev", glue_dir, limit=4))
+    if recipe == PEERS_RUN:   # its bench stage, with the peers, on the teacher
+        from compressor.core.results import read_results
+
+        doc = shrunk_doc(recipe, mpnet_teacher, str(tmp_path / "general"))
+        doc["stages"] = [s for s in doc["stages"] if "bench" in s]
+        with open(tmp_path / "bench.yaml", "w") as f:
+            yaml.safe_dump(doc, f)
+        timed = run_recipe(str(tmp_path / "bench.yaml"), str(tmp_path / "bench"), data_dir=glue_dir, task="sst2",
+                           teacher=teacher, log=lambda msg: None)
+        assert [s["stage"] for s in timed["stages"]] == ["teacher", "bench"]
+        rows = read_results(os.path.join(tmp_path, "bench", timed["stages"][1]["dir"], "results.json"))["rows"]
+        peers = set(doc["stages"][0]["bench"]["peers"]) - {"pytorch-fp32"}   # the teacher is that one
+        assert peers and {r["name"] for r in rows} == {"00-teacher"} | peers
+        assert all(r["latency_ms"]["p50"] > 0 and r["value"] is not None for r in rows)
     for s in stages:
         record = json.load(open(os.path.join(tmp_path, "run", s["dir"], "record.json")))
         assert record, s["dir"]
