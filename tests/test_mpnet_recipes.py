@@ -28,6 +28,29 @@ def mpnet_teacher(tmp_path_factory, minilm_dir):
                                 shape=shape)
 
 
+@pytest.fixture(scope="module")
+def mpnet_student(tmp_path_factory, minilm_dir):
+    """The teacher's shape at the chain's students' depth (6): what a recipe that works on a chain's
+    student (tokens-after-chain: its schedules have one value per layer but the last) is given."""
+    from tests.conftest import save_tiny_classifier
+
+    shape = {"num_hidden_layers": 6, "num_attention_heads": 12, "hidden_size": 48, "intermediate_size": 64}
+    return save_tiny_classifier(tmp_path_factory.mktemp("mpnet") / "student", minilm_dir, "mpnet", max_length=32,
+                                shape=shape)
+
+
+def on_a_student(recipe: str) -> bool:
+    """Whether ``recipe`` prunes tokens of the model it is given (before any stage makes a student):
+    its schedules are written for a chain's 6-layer student."""
+    for stage in yaml.safe_load(open(recipe))["stages"]:
+        (name, _), = stage.items()
+        if name in ("distill", "theseus"):
+            return False
+        if name == "token_prune":
+            return True
+    return False
+
+
 def shrunk(path: str, out: str, general_teacher: str = "", general_cache: str = "",
            peers: bool = True, bench: bool = True) -> str:
     """The recipe with small data slices, one epoch a phase, narrow students, the CPU, and a
@@ -48,18 +71,8 @@ def shrunk_doc(path: str, general_teacher: str = "", general_cache: str = "", pe
         doc["stages"] = [s for s in doc["stages"] if "bench" not in s]
     doc["data"] = {"train_limit": 48, "dev_limit": 16}
     doc["device"] = "cpu"
-    made_student = False     # a stage before made a student; else a stage works on the 12-layer teacher
     for stage in doc["stages"]:
         (name, settings), = stage.items()
-        if name == "token_prune" and not made_student and settings:   # schedules written for a 6-layer
-            for key in ("candidates", "keep", "threshold"):       # student (tokens-after-chain): one
-                value = settings.get(key)                          # value per layer of the teacher's 11
-                fill = lambda v: v + [v[-1]] * (11 - len(v)) if isinstance(v, list) else v
-                if isinstance(value, list) and key == "candidates":
-                    settings[key] = [fill(v) for v in value]
-                elif isinstance(value, list):
-                    settings[key] = fill(value)
-        made_student = made_student or name in ("distill", "theseus")
         settings = settings if settings is not None else {}
         stage[name] = settings
         if name == "token_prune" and len(settings.get("candidates") or []) > 3:   # a search of three:
@@ -207,17 +220,17 @@ def _built_as_the_bench_builds(run_dir: str, stages: list, dev) -> None:
 
 @pytest.mark.parametrize("group", alike(RECIPES),
                          ids=lambda g: os.path.basename(g[0])[:-5] + (f"+{len(g) - 1}" if len(g) > 1 else ""))
-def test_the_recipe_runs_on_an_mpnet_teacher(group, mpnet_teacher, glue_dir, tmp_path):
+def test_the_recipe_runs_on_an_mpnet_teacher(group, mpnet_teacher, glue_dir, tmp_path, request):
     from compressor.recipe import validate_recipe
 
     recipe = group[0]
+    given = request.getfixturevalue("mpnet_student") if on_a_student(recipe) else mpnet_teacher
     for other in group[1:]:                 # the run below is theirs too: they need only be valid
         assert validate_recipe(shrunk(other, str(tmp_path / "alike.yaml"), mpnet_teacher,
                                       str(tmp_path / "general"))) == [], other
     path = shrunk(recipe, str(tmp_path / "r.yaml"), mpnet_teacher, str(tmp_path / "general"), peers=False,
                   bench=False)
-    teacher = held_out_teacher(mpnet_teacher, str(tmp_path / "teacher"), glue_dir) \
-        if chooses_on_holdout(recipe) else mpnet_teacher
+    teacher = held_out_teacher(given, str(tmp_path / "teacher"), glue_dir) if chooses_on_holdout(recipe) else given
     manifest = run_recipe(path, str(tmp_path / "run"), data_dir=glue_dir, task="sst2",
                           teacher=teacher, log=lambda msg: None)
     stages = manifest["stages"]
@@ -245,7 +258,7 @@ def test_the_recipe_runs_on_an_mpnet_teacher(group, mpnet_teacher, glue_dir, tmp
     for s in stages:
         record = json.load(open(os.path.join(tmp_path, "run", s["dir"], "record.json")))
         assert record, s["dir"]
-    if teacher != mpnet_teacher:      # chose on the 16 rows the teacher held out, nothing else
+    if teacher != given:      # chose on the 16 rows the teacher held out, nothing else
         records = [json.load(open(os.path.join(tmp_path, "run", s["dir"], "record.json"))) for s in stages[1:]]
         searched = [r["search"] for r in records if r.get("search")]
         calibrated = [r for r in records if r.get("calibration_split")]
