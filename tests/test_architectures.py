@@ -203,16 +203,18 @@ def test_finetune_distil_export_quantize_bench(arch, bases, glue_dir, tmp_path):
         peer_logits = build(peer).logits(texts, batch_size=1)
         assert peer_logits.shape == (8, 2) and (peer_logits.argmax(-1) == direct.argmax(-1)).mean() >= 0.75
         return
-    doc = run_benchmark([f"student={student}", f"int8={int8_dir}"], teacher=teacher,
+    # the teacher is its one PyTorch worker (a second, the student's, would take seconds to start
+    # and run the same code: both are checkpoints of this architecture)
+    doc = run_benchmark([f"int8={int8_dir}"], teacher=teacher,
                         peers=["ort-o2-int8"], preset="avx2", dev=dev, work_dir=str(tmp_path / "peers"),
                         config=BenchConfig(sentences=6, warmup=1, threads=[1], batch_sizes=[4],
                                            throughput_batches=1, memory=False), log=lambda m: None)
     rows = {(r["name"], r["batch_size"]): r for r in doc["rows"]}
-    assert {name for name, _ in rows} == {"teacher", "student", "int8", "ort-o2-int8"}
+    assert {name for name, _ in rows} == {"teacher", "int8", "ort-o2-int8"}
     for (name, batch), row in rows.items():
         assert row["value"] is not None
         assert row["latency_ms"]["p50"] > 0 if batch == 1 else row["throughput"] > 0
-    assert rows[("int8", 1)]["size_bytes"] < rows[("student", 1)]["size_bytes"]
+    assert rows[("int8", 1)]["size_bytes"] < os.path.getsize(os.path.join(onnx_dir, "model.onnx"))
 
 
 def test_modernbert_student_from_later_layers_is_refused_in_one_line(bases, glue_dir, tmp_path):
