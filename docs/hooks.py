@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import functools
 import importlib
 import inspect
 import io
@@ -125,6 +126,7 @@ def tags_of(cls) -> Tuple[str, ...]:
     return tuple(getattr(cls, "TAGS", ()))
 
 
+@functools.lru_cache(maxsize=None)   # read once per class, not once per field (the page: 2 s -> 0.3 s)
 def _trailing_comments(cls) -> Dict[str, str]:
     """``{field: the comments at the end of its declaration's lines}`` in ``cls``'s own body."""
     try:
