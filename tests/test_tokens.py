@@ -167,7 +167,6 @@ def _mrpc_checkpoint(path, minilm_dir, arch):
     return str(path)
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("arch", ["bert", "mpnet"])
 def test_the_folder_reloads_and_its_onnx_graph_drops_the_same_tokens(tmp_path, minilm_dir, glue_dir, arch, capsys):
     from compressor.core.models import load_for_task
