@@ -147,6 +147,7 @@ def test_inc_reloads_identically_without_pickle(ckpt, tmp_path, method, alpha):
     from compressor.quantize.inc import quantize_inc
 
     net, tok = load_for_task(ckpt, SST2)
+    fp32 = logits(net, tok)
     feeds = [dict(tok(t, return_tensors="pt")) for t in TEXTS * 2]
     wrapped, calibration = quantize_inc(net, feeds, method, alpha)
     out = str(tmp_path / "q")
@@ -158,6 +159,8 @@ def test_inc_reloads_identically_without_pickle(ckpt, tmp_path, method, alpha):
     assert not os.path.exists(os.path.join(out, "model.pt2"))
     loaded, loaded_tok = load_quantized(out)
     assert torch.equal(logits(loaded, loaded_tok), logits(wrapped, tok))
+    # calibrated, INC's INT8 model follows the FP32 one (not the all-zero outputs of its trap)
+    assert (logits(loaded, loaded_tok) - fp32).abs().max() <= 0.1 * fp32.abs().max()
 
 
 def test_old_torchao_pickle_is_refused_and_never_run(torchao_folder, tmp_path, capsys, glue_dir):
