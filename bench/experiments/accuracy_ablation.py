@@ -188,9 +188,10 @@ _ON_TASK2_STUDENT = ("task2-b256|task2-b256q0", "02-distill", True)
 
 # name -> (what it changes, edits of the chain's recipe, the variant its figure is compared with,
 #          the stage kind whose dev score is the variant's figure, (parent, stage folder, seed?))
-# A variant waits for the parent's stage folder (a parent "a|b": the first of them in the session); "seed" copies the parent's folders up to it into
-# its own run (it trains only what comes after); without seed it only waits for the parent's
-# augmented copies (the same digest: taken from the cache, not made again).
+# A variant waits for the parent's stage folder (a parent "a|b": the first of them in the session);
+# "seed" copies the parent's folders up to it into its own run (it trains only what comes after);
+# without seed it only waits for the parent's augmented copies (the same digest: taken from the
+# cache, not made again).
 VARIANTS = {
     "chain": ("the chain: 20 copies, 5 + 3 epochs, heads/FFN halved, 2 recovery epochs, INT8 chosen on "
               "held-out rows", [], "", "distill", None),

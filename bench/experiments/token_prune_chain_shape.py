@@ -14,6 +14,7 @@ the weights), exports it, and makes the INT8 choice of ``{task}-tokens/04-quanti
 import argparse
 import json
 import os
+import shutil
 import sys
 
 
@@ -23,22 +24,15 @@ TOKEN_FOLDERS = ("tokens-hf", "tokens-onnx", "tokens-int8", "tokens-int8-chain-c
 def _fresh(folder: str, plan: dict) -> None:
     """Drop the token graphs built for another chain shape, schedule or INT8 choice: the work folder
     is chain_latency_same_shape's, rebuilt in place whenever it is given another run's records."""
-    import shutil
+    from bench.experiments.jsonfiles import read_or_none
+    from compressor.core.io import write_text
 
     stamp = os.path.join(folder, "tokens-plan.json")
-    try:
-        with open(stamp) as f:
-            same = json.load(f) == plan
-    except (OSError, ValueError):
-        same = False
-    if same:
+    if read_or_none(stamp) == plan:
         return
     for name in TOKEN_FOLDERS:
         shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
-    tmp = stamp + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(plan, f)
-    os.replace(tmp, stamp)
+    write_text(stamp, json.dumps(plan))
 
 
 def main(argv=None):
@@ -73,11 +67,11 @@ def main(argv=None):
     for task in args.tasks:
         folder = os.path.join(args.work, task)
         dev8 = load_data(get_task(task), "dev", data_dir, 8)   # the rows each INT8 graph is scored on as it is made
-        chain_choice = (_read(os.path.join(folder, "plan.json")) or {}).get("new", {}).get("int8")
+        chain = (_read(os.path.join(folder, "plan.json")) or {}).get("new") or {}   # the shape built there
+        chain_choice = chain.get("int8")
         choice = chain_choice if args.int8 == "chain" else \
             int8_choice(_read(os.path.join(args.records, f"{task}-tokens", "04-quantize", "record.json")))
-        _fresh(folder, {"chain": (_read(os.path.join(folder, "plan.json")) or {}).get("new"), "keep": keep,
-                        "int8": choice})
+        _fresh(folder, {"chain": chain, "keep": keep, "int8": choice})
         tok = os.path.join(folder, "tokens-hf")
         if not os.path.isdir(tok):
             token_prune(os.path.join(folder, "chain-hf"), tok,
@@ -112,11 +106,12 @@ def main(argv=None):
             base = stats["chain-int8"]
             ratio = {n: {"mean": round(base["mean"] / s["mean"], 3), "p50": round(base["p50"] / s["p50"], 3)}
                      for n, s in stats.items() if n != "chain-int8"}
+            timed = {"ms": stats, "speedup": ratio}
             today = stats.get("today-chain-int8")
-            over_today = {n: round(s["p50"] / today["p50"], 3) for n, s in stats.items()
-                          if today and n != "today-chain-int8"}   # p50 over today's chain (issue 32: <= 1.10)
-            entry[f"{threads}_threads"] = {"ms": stats, "speedup": ratio, **({"p50_over_today": over_today} if today else {}),
-                                           "loadavg_before": [round(v, 2) for v in before],
+            if today:   # p50 over today's chain (issue 32: <= 1.10)
+                timed["p50_over_today"] = {n: round(s["p50"] / today["p50"], 3) for n, s in stats.items()
+                                           if n != "today-chain-int8"}
+            entry[f"{threads}_threads"] = {**timed, "loadavg_before": [round(v, 2) for v in before],
                                            "loadavg_after": [round(v, 2) for v in os.getloadavg()]}
             print(task, threads, ratio, {n: (s["mean"], s["p50"]) for n, s in stats.items()}, flush=True)
         out["tasks"][task] = entry
