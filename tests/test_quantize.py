@@ -202,9 +202,11 @@ def test_inc_without_calibration_is_refused_never_zeros(tiny, data, tmp_path):
     with pytest.raises(CompressorError, match="calibration"):
         quantize(tiny["ckpt"], str(tmp_path / "q"), IncDynamicConfig(calibration_samples=0),
                  train_set=data["train"], dev_set=data["dev"])
-    # calibrated, the dynamic path passes the guard and follows FP32: test_safe_load's
-    # test_inc_reloads_identically_without_pickle[dynamic-0.0] (through this API: the static path,
-    # test_inc_static_with_and_without_smoothquant; both methods are one quantizer)
+    # calibrated, the dynamic path works through this API and follows FP32 (logits and predictions)
+    quantize(tiny["ckpt"], str(tmp_path / "ok"), IncDynamicConfig(calibration_samples=8),
+             train_set=data["train"], dev_set=data["dev"])
+    net, tok = load_quantized(str(tmp_path / "ok"))
+    assert_close(predict_logits(net, tok, data["dev"].examples, 64, batch_size=1), fp32_logits(tiny, data))
 
 
 def test_fake_quantisation_matches_onnxruntime_and_trains(tiny, data):
