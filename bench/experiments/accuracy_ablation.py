@@ -251,6 +251,10 @@ VARIANTS = {
     "task2-iter2q0": ("task2-iter2 (pruning in two steps) with the INT8 choice of task2-q0",
                       [*_TASK2, _prune_steps(2), _point_estimate],
                       "task2-b256|task2-b256q0", "prune", _ON_TASK2_STUDENT),
+    "task2-iter4q0": ("task2-iter2q0 in 4 steps (an eighth of the heads and FFN neurons each, half an epoch of "
+                      "recovery after each: the same total): does a gentler path keep more than two steps?",
+                      [*_TASK2, _prune_steps(4), _point_estimate],
+                      "task2-iter2q0", "prune", _ON_TASK2_STUDENT),
     "task2-p25q0": ("task2-b256's student with a quarter of its heads and of its FFN neurons pruned (not half), "
                     "INT8 as task2-q0: accuracy bought back by width, latency by the INT8 choice and tokens",
                     [*_TASK2, _prune_amount(0.25, 0.25), _point_estimate],
