@@ -26,14 +26,27 @@
 # Knobs (both sides): THREADS (1,16,2: the most wanted first, the results file is rewritten after
 # each count), SENTENCES (300), BUDGET_S (270: the bench is stopped there and keeps the thread
 # counts it finished, marked incomplete), PYTHON (python3), INSTALL_WHEELS (1), OV_HOME (~/ov),
-# OV_STAGE (~/ov-stage). A CPU dry run here of the device part on the same files:
+# OV_STAGE (~/ov-stage), MODE (both sides: full, the above; or equal, below). A CPU dry run here of the device part on the same files:
 #   OV_HOME=/tmp/ovdry OV_STAGE=/tmp/ovdry-stage OUT=/tmp/ovdry-out PYTHON=$PWD/.venv/bin/python \
 #     INSTALL_WHEELS=0 THREADS=1,2 SENTENCES=20 bash bench/experiments/openvino_server_cpu.sh
 # ran in about 60 s on the 2-core CPU from the packed parts: every row scored, the same dev scores
 # and sizes as the 2-core file (teacher 86.93, chain 84.52, ORT INT8 86.24, OpenVINO FP32 86.93,
 # OpenVINO INT8 86.47). The bench runs from the checkout through the ignored link runs/ov-device.
+#
+# MODE=equal: the comparison at equal score. The demo's chain scores 1.95 points under OpenVINO's
+# INT8 of the teacher; the toolkit's own answer at that score is the teacher's accuracy-aware INT8
+# (compressor quantize --method auto --search-on train: chosen on 2,000 training rows, dev scored
+# once). Packed: that folder (EQUAL_INT8, default /tmp/c35eq/auto), the chain, the OpenVINO INT8
+# peer already built by 'pack' (WORK/peers) and the wheels; no teacher, no FP32 graph and no ORT
+# peer (optimum's folder is not a model folder), so two parts instead of six. There the three
+# folders are benched as models (--peers none):
+#   MODE=equal bash bench/experiments/openvino_server_cpu.sh pack [DEMO_RUN]
+#   MODE=equal bash bench/experiments/openvino_server_cpu.sh      (one call per part, as above)
+# writes $OUT/openvino-equal-score-demo-server-cpu.json.
 set -uo pipefail
 CARRY=.carry/ov
+MODE=${MODE:-full}
+case $MODE in full|equal) ;; *) echo "MODE must be full or equal, not $MODE"; exit 2 ;; esac
 PEERS=pytorch-fp32,ort-o2-int8,openvino-fp32,openvino-int8
 # the ORT INT8 peer's preset: the server's (amx); optimum's configuration for amx is avx512_vnni's,
 # and the demo chain's INT8 (avx512_vnni on the packing machine) has amx's formats too
@@ -44,9 +57,12 @@ SENTENCES=${SENTENCES:-300}
 
 pack() {
   local demo=${1:-/tmp/demo-run} mb work=${WORK:-runs/ov-server} py=${PYTHON:-.venv/bin/python}
+  local equal=${EQUAL_INT8:-/tmp/c35eq/auto}
   for d in 00-teacher 04-quantize; do
     [ -d "$demo/$d" ] || { echo "no $demo/$d: run 'compressor demo --out $demo' first"; return 1; }
   done
+  [ "$MODE" = full ] || [ -f "$equal/model.onnx" ] || { echo "no INT8 graph in $equal (EQUAL_INT8): make it with
+  compressor quantize $demo/00-teacher --out $equal --method auto --search-on train --data-dir embedded"; return 1; }
   mkdir -p .whl/openvino
   ls .whl/openvino/openvino-2026.4.1-*cp312*.whl .whl/openvino/openvino_telemetry-*.whl > /dev/null 2>&1 ||
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -63,16 +79,21 @@ for s in peer_specs(sys.argv[1], sys.argv[2], sys.argv[3].split(','), preset='$P
   local src=$work/carry
   rm -rf "$src" && mkdir -p "$src/wheels" "$src/peers" || return 1
   cp .whl/openvino/openvino-2026.4.1-*cp312*.whl .whl/openvino/openvino_telemetry-*.whl "$src/wheels/"
-  cp -r "$demo/00-teacher" "$demo/04-quantize" "$src/"
-  cp -r "$work/peers/ort-o2-int8-$PRESET" "$work/peers/openvino-fp32" "$work/peers/openvino-int8" "$src/peers/"
-  # the plain export's folder stands for the ONNX peers' tokenizer and manifest: its 91 MB graph stays
-  mkdir -p "$src/peers/ort-fp32" && find "$work/peers/ort-fp32" -maxdepth 1 -type f ! -name 'model.onnx*' \
-    -exec cp {} "$src/peers/ort-fp32/" \;
-  # the tokenizer files are the teacher's in every folder: hard links, which tar stores once
-  find "$src/04-quantize" "$src/peers" -type f | while read -r f; do
-    t="$src/00-teacher/$(basename "$f")"
-    [ -f "$t" ] && cmp -s "$f" "$t" && ln -f "$t" "$f"
-  done
+  if [ "$MODE" = equal ]; then   # the four folders benched as models, under the names the rows get
+    cp -r "$equal" "$src/teacher-int8-auto" && cp -r "$demo/04-quantize" "$src/chain-int8" &&
+      cp -r "$work/peers/openvino-int8" "$src/" || return 1
+  else
+    cp -r "$demo/00-teacher" "$demo/04-quantize" "$src/"
+    cp -r "$work/peers/ort-o2-int8-$PRESET" "$work/peers/openvino-fp32" "$work/peers/openvino-int8" "$src/peers/"
+    # the plain export's folder stands for the ONNX peers' tokenizer and manifest: its 91 MB graph stays
+    mkdir -p "$src/peers/ort-fp32" && find "$work/peers/ort-fp32" -maxdepth 1 -type f ! -name 'model.onnx*' \
+      -exec cp {} "$src/peers/ort-fp32/" \;
+    # the tokenizer files are the teacher's in every folder: hard links, which tar stores once
+    find "$src/04-quantize" "$src/peers" -type f | while read -r f; do
+      t="$src/00-teacher/$(basename "$f")"
+      [ -f "$t" ] && cmp -s "$f" "$t" && ln -f "$t" "$f"
+    done
+  fi
   du -sh "$src"/* "$src"/peers/*
   git check-ignore -q .carry/ov || echo '/.carry/' >> .git/info/exclude
   # a call carries 64 MiB with the tree (tracked and untracked files that git does not ignore):
@@ -91,7 +112,7 @@ for s in peer_specs(sys.argv[1], sys.argv[2], sys.argv[3].split(','), preset='$P
   echo
   echo "device calls ($n, back to back; kind nvidia-h200; the last one runs the bench, about 3-4 min):"
   for p in "$CARRY"/part.*; do
-    echo "  run(carry=[\"$p\", \"$CARRY/SHA256SUMS\"], timeout_s=420, command=\"bash bench/experiments/openvino_server_cpu.sh\")"
+    echo "  run(carry=[\"$p\", \"$CARRY/SHA256SUMS\"], timeout_s=420, command=\"MODE=$MODE bash bench/experiments/openvino_server_cpu.sh\")"
   done
 }
 
@@ -132,14 +153,19 @@ device() {
   # The CPU only: on the GPU machine --device auto picks CUDA, where export folders are not timed
   local d=runs/ov-device
   mkdir -p runs && ln -sfn "$home" "$d" && rm -rf "$d/results" || return 2
-  CUDA_VISIBLE_DEVICES= PYTHONUNBUFFERED=1 timeout "${BUDGET_S:-270}" "$PY" -m compressor bench "$d/04-quantize" \
-    --teacher "$d/00-teacher" --peers "$PEERS" --preset "$PRESET" --device cpu --threads "$THREADS" \
-    --sentences "$SENTENCES" --batch-sizes 32 --data-dir embedded --work-dir "$d/peers" --out "$d/results" 2>&1 |
-    tee "$OUT/bench.log"
+  local what=(--teacher "$d/00-teacher" --peers "$PEERS" --preset "$PRESET" --work-dir "$d/peers")
+  local name=openvino-peers-demo-server-cpu.json
+  if [ "$MODE" = equal ]; then
+    what=(--peers none) name=openvino-equal-score-demo-server-cpu.json
+  fi
+  local models=("$d/04-quantize")
+  [ "$MODE" = equal ] && models=("$d/teacher-int8-auto" "$d/chain-int8" "$d/openvino-int8")
+  CUDA_VISIBLE_DEVICES= PYTHONUNBUFFERED=1 timeout "${BUDGET_S:-270}" "$PY" -m compressor bench "${models[@]}" \
+    "${what[@]}" --device cpu --threads "$THREADS" --sentences "$SENTENCES" --batch-sizes 32 --data-dir embedded \
+    --out "$d/results" 2>&1 | tee "$OUT/bench.log"
   local bench_rc=${PIPESTATUS[0]}
-  cp "$d/results/bench.json" "$OUT/openvino-peers-demo-server-cpu.json" 2>/dev/null ||
-    { echo "no results (bench exit $bench_rc)"; return 2; }
-  echo "bench exit $bench_rc; results: \$OUT/openvino-peers-demo-server-cpu.json"
+  cp "$d/results/bench.json" "$OUT/$name" 2>/dev/null || { echo "no results (bench exit $bench_rc)"; return 2; }
+  echo "bench exit $bench_rc; results: \$OUT/$name"
 }
 
 case "${1:-device}" in
