@@ -258,3 +258,24 @@ def test_hub_path_maps_fields_and_labels(monkeypatch):
     assert [e.label for e in load_split("mnli", "train").examples] == [None, 2]
     msg = error(load_split, "cola", "dev")
     assert msg.startswith("no GLUE data for cola") and "ConnectionError: offline second line" in msg
+
+
+def test_a_file_read_again_unchanged_is_not_parsed_again_and_a_changed_one_is(tmp_path, monkeypatch):
+    import dataclasses
+
+    from compressor.core.data import readers
+
+    parsed = []
+    real = readers._read_glue_file
+    monkeypatch.setattr(readers, "_read_glue_file", lambda *a: parsed.append(a[1]) or real(*a))
+    path = tmp_path / "train.tsv"
+    path.write_text("sentence\tlabel\na gripping film\t1\nflat and dull\t0\n")
+    first, again = (read_glue_file("sst2", str(path), "train") for _ in range(2))
+    assert len(parsed) == 1 and first.examples == again.examples and first.examples is not again.examples
+    first.examples.pop()   # each read has its own list, and rows cannot be changed in place
+    assert len(again.examples) == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        again.examples[0].label = 0
+    assert len(read_glue_file("sst2", str(path), "train", limit=1).examples) == 1 and len(parsed) == 2
+    path.write_text("sentence\tlabel\na gripping film\t1\n")   # changed: read again
+    assert len(read_glue_file("sst2", str(path), "train").examples) == 1 and len(parsed) == 3

@@ -181,3 +181,18 @@ def test_bad_inputs_are_one_line_errors(tmp_path, checkpoints):
     with pytest.raises(CompressorError, match="checkpoint not found"):
         export_onnx(str(tmp_path / "missing"), str(tmp_path / "o"))
     assert not os.path.exists(tmp_path / "o")  # nothing half-written
+
+
+@pytest.mark.unit
+def test_predictors_of_one_folder_share_its_parsed_tokenizer_at_one_length(tmp_path, minilm_dir):
+    import shutil
+
+    from compressor.export.runtime import _tokenizer
+
+    path = tmp_path / "tokenizer.json"
+    shutil.copy(os.path.join(minilm_dir, "tokenizer.json"), path)
+    a, b, c = _tokenizer(str(path), 64), _tokenizer(str(path), 64), _tokenizer(str(path), 32)
+    assert a is b and c is not a and a.truncation["max_length"] == 64 and c.truncation["max_length"] == 32
+    assert a.padding is None
+    path.write_text(path.read_text() + "\n")   # changed on disk: parsed again
+    assert _tokenizer(str(path), 64) is not a

@@ -154,7 +154,9 @@ def check_vocabulary(path: str, model, tokenizer) -> None:
     swapped or grown without resizing the model): those ids would fail deep inside a forward."""
     try:
         rows = model.get_input_embeddings().num_embeddings
-        size = len(tokenizer)
+        # one past the largest id it gives: len() of a fast tokenizer builds its whole vocabulary
+        # (5-8 ms a load); the base size and the added tokens' ids are at hand
+        size = max([tokenizer.vocab_size, *(i + 1 for i in tokenizer.added_tokens_decoder)])
     except (AttributeError, NotImplementedError, TypeError):
         return   # a model without a word-piece table (a BiLSTM student), or a tokenizer without a size
     if size > rows:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import OrderedDict
 from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -57,6 +58,31 @@ def _threads_from_env() -> Optional[int]:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
+_TOKENIZERS: "OrderedDict[tuple, Tokenizer]" = OrderedDict()
+
+
+def _tokenizer(path: str, max_length: int) -> Tokenizer:
+    """The folder's tokenizer, unpadded, truncating at ``max_length``. Parsing a vocabulary takes
+    tens of milliseconds, and a search opens one folder's graphs hundreds of times: a file read
+    before in this process, unchanged (size, modification time, inode), gives the same object,
+    which nothing configures again after this (encoding does not change it)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        raise ExportError(f"{path} is missing: the export folder has no tokenizer") from None
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino, max_length)
+    if key in _TOKENIZERS:
+        _TOKENIZERS.move_to_end(key)
+        return _TOKENIZERS[key]
+    tokenizer = Tokenizer.from_file(path)
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length)
+    _TOKENIZERS[key] = tokenizer
+    while len(_TOKENIZERS) > 16:
+        _TOKENIZERS.popitem(last=False)
+    return tokenizer
+
+
 class Predictor:
     """An ONNX classifier with its tokenizer, read from a folder ``export_onnx`` wrote.
 
@@ -85,9 +111,7 @@ class Predictor:
         if unknown:
             raise ExportError(f"{path} wants input(s) {', '.join(unknown)}; the runtime gives "
                               f"{', '.join(_INPUTS)}")
-        self.tokenizer = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
-        self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(self.max_length)
+        self.tokenizer = _tokenizer(os.path.join(folder, "tokenizer.json"), self.max_length)
         self.pad_id = _pad_id(folder, self.tokenizer)
 
     @staticmethod

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
@@ -39,7 +40,7 @@ _GLUE_LABEL_COLUMN = {"mrpc": "Quality", "stsb": "score", "qqp": "is_duplicate",
 _ID_COLUMNS = ("index", "id", "idx", "guid")
 
 
-@dataclass
+@dataclass(frozen=True)   # read files' rows are shared between reads (read_glue_file's cache)
 class Example:
     texts: tuple
     label: int | float | None
@@ -181,16 +182,42 @@ def _bad_utf8_line(path, fallback: int) -> int:
     return fallback
 
 
+# Files read in this process, by (path, its stat, how read): a recipe, a search or a test reads the
+# same training file many times (every other task's, for general distillation's text). The rows are
+# shared (Example is frozen); each read gets its own list. Files of more rows are read again.
+_READ: "OrderedDict[tuple, tuple]" = OrderedDict()
+_READ_FILES, _READ_MAX_ROWS = 32, 200_000
+
+
 def read_glue_file(task: TaskSpec | str, path, split: str, limit: int | None = None,
                    to_label: bool = False) -> Dataset:
     """Read one GLUE TSV. Quoting is off because sentences contain bare ``"``.
 
     ``guid`` is the file's index/id column, or the row's line number in the file.
     ``to_label``: rows to predict; an empty text or a blank line between rows is a row too.
+    A file read before in this process, unchanged since (path, size, modification time, inode),
+    is not parsed again.
     """
     task = get_task(task)
     _check_limit(limit, split)
     path = str(path)
+    try:
+        st = os.stat(path)
+        key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino, task, split, limit, to_label)
+    except OSError:
+        key = None   # reading it says what is wrong
+    if key is not None and key in _READ:
+        _READ.move_to_end(key)
+        return Dataset(task, split, list(_READ[key]), path)
+    dataset = _read_glue_file(task, path, split, limit, to_label)
+    if key is not None and len(dataset.examples) <= _READ_MAX_ROWS:
+        _READ[key] = tuple(dataset.examples)
+        while len(_READ) > _READ_FILES:
+            _READ.popitem(last=False)
+    return dataset
+
+
+def _read_glue_file(task: TaskSpec, path: str, split: str, limit: int | None, to_label: bool) -> Dataset:
     examples: list[Example] = []
     layout = None
     for lineno, row in _rows(path, "\t", csv.QUOTE_NONE, keep_blank=to_label):
