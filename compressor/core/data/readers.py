@@ -204,8 +204,9 @@ def read_glue_file(task: TaskSpec | str, path, split: str, limit: int | None = N
     try:
         st = os.stat(path)
         key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino, task, split, limit, to_label)
-    except OSError:
-        key = None   # reading it says what is wrong
+        hash(key)
+    except (OSError, TypeError):
+        key = None   # reading it says what is wrong (or a task that cannot be a key is read each time)
     if key is not None and key in _READ:
         _READ.move_to_end(key)
         return Dataset(task, split, list(_READ[key]), path)
