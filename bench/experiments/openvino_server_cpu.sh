@@ -153,13 +153,12 @@ device() {
   # The CPU only: on the GPU machine --device auto picks CUDA, where export folders are not timed
   local d=runs/ov-device
   mkdir -p runs && ln -sfn "$home" "$d" && rm -rf "$d/results" || return 2
+  local models=("$d/04-quantize") name=openvino-peers-demo-server-cpu.json
   local what=(--teacher "$d/00-teacher" --peers "$PEERS" --preset "$PRESET" --work-dir "$d/peers")
-  local name=openvino-peers-demo-server-cpu.json
-  if [ "$MODE" = equal ]; then
-    what=(--peers none) name=openvino-equal-score-demo-server-cpu.json
+  if [ "$MODE" = equal ]; then   # the folders packed for it, benched as models
+    models=("$d/teacher-int8-auto" "$d/chain-int8" "$d/openvino-int8") what=(--peers none)
+    name=openvino-equal-score-demo-server-cpu.json
   fi
-  local models=("$d/04-quantize")
-  [ "$MODE" = equal ] && models=("$d/teacher-int8-auto" "$d/chain-int8" "$d/openvino-int8")
   CUDA_VISIBLE_DEVICES= PYTHONUNBUFFERED=1 timeout "${BUDGET_S:-270}" "$PY" -m compressor bench "${models[@]}" \
     "${what[@]}" --device cpu --threads "$THREADS" --sentences "$SENTENCES" --batch-sizes 32 --data-dir embedded \
     --out "$d/results" 2>&1 | tee "$OUT/bench.log"

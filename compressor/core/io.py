@@ -13,6 +13,14 @@ from typing import Iterator
 from compressor.core.errors import CompressorError
 
 
+def file_version(path: str) -> tuple:
+    """What tells one state of a file from another without reading it: (absolute path, size,
+    modification time in ns, inode). A key for what a process parsed from the file once; raises
+    OSError when the file cannot be looked at."""
+    st = os.stat(path)
+    return os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino
+
+
 def write_json(path: str, data) -> None:
     """Write JSON to a temporary name beside ``path``, then rename it into place."""
     write_text(path, json.dumps(data, indent=2, default=_jsonable) + "\n")

@@ -99,8 +99,8 @@ def build_runtime_env(dest: str, copy: bool = False, packages: Iterable[str] = R
     # the runtime and the small modules it imports on the way, nothing else of the toolkit
     export = os.path.dirname(os.path.abspath(__file__))
     package = os.path.dirname(export)
-    for f in ("__init__.py", "core/__init__.py", "core/version.py", "core/errors.py", "core/registry.py", "core/grouping.py",
-              "export/__init__.py", "export/runtime.py"):
+    for f in ("__init__.py", "core/__init__.py", "core/version.py", "core/errors.py", "core/io.py",
+              "core/registry.py", "core/grouping.py", "export/__init__.py", "export/runtime.py"):
         os.makedirs(os.path.dirname(os.path.join(site, "compressor", f)), exist_ok=True)
         shutil.copy2(os.path.join(package, f), os.path.join(site, "compressor", f))
     return python

@@ -13,10 +13,10 @@ or from a shell, one text per line (a tab separates the two texts of a pair)::
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
-from collections import OrderedDict
 from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -24,6 +24,7 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_status
 from tokenizers import Tokenizer
 
+from compressor.core.io import file_version
 from compressor.core.grouping import BATCHINGS, BUCKET_WINDOW, batch_groups  # noqa: F401 (the runtime's API)
 
 Text = Union[str, Tuple[str, str]]
@@ -58,28 +59,23 @@ def _threads_from_env() -> Optional[int]:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
-_TOKENIZERS: "OrderedDict[tuple, Tokenizer]" = OrderedDict()
-
-
 def _tokenizer(path: str, max_length: int) -> Tokenizer:
     """The folder's tokenizer, unpadded, truncating at ``max_length``. Parsing a vocabulary takes
     tens of milliseconds, and a search opens one folder's graphs hundreds of times: a file read
-    before in this process, unchanged (size, modification time, inode), gives the same object,
-    which nothing configures again after this (encoding does not change it)."""
+    before in this process, unchanged (``file_version``), gives the same object, which nothing
+    configures again after this (encoding does not change it)."""
     try:
-        st = os.stat(path)
+        version = file_version(path)
     except OSError:
         raise ExportError(f"{path} is missing: the export folder has no tokenizer") from None
-    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino, max_length)
-    if key in _TOKENIZERS:
-        _TOKENIZERS.move_to_end(key)
-        return _TOKENIZERS[key]
-    tokenizer = Tokenizer.from_file(path)
+    return _parsed_tokenizer(version, max_length)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_tokenizer(version: tuple, max_length: int) -> Tokenizer:
+    tokenizer = Tokenizer.from_file(version[0])
     tokenizer.no_padding()
     tokenizer.enable_truncation(max_length)
-    _TOKENIZERS[key] = tokenizer
-    while len(_TOKENIZERS) > 16:
-        _TOKENIZERS.popitem(last=False)
     return tokenizer
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from compressor.core.errors import CompressorError, where
+from compressor.core.io import file_version
 from compressor.core.data.tasks import TaskSpec, custom_task, get_task
 
 EMBEDDED = "embedded"
@@ -195,15 +196,13 @@ def read_glue_file(task: TaskSpec | str, path, split: str, limit: int | None = N
 
     ``guid`` is the file's index/id column, or the row's line number in the file.
     ``to_label``: rows to predict; an empty text or a blank line between rows is a row too.
-    A file read before in this process, unchanged since (path, size, modification time, inode),
-    is not parsed again.
+    A file read before in this process, unchanged since (``file_version``), is not parsed again.
     """
     task = get_task(task)
     _check_limit(limit, split)
     path = str(path)
     try:
-        st = os.stat(path)
-        key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino, task, split, limit, to_label)
+        key = (*file_version(path), task, split, limit, to_label)
         hash(key)
     except (OSError, TypeError):
         key = None   # reading it says what is wrong (or a task that cannot be a key is read each time)
