@@ -121,6 +121,13 @@ def _point_estimate(doc: dict) -> None:
     _stage(doc, "quantize")["confidence"] = 0
 
 
+def _granularity(unit: str):
+    """What the INT8 choice's mixed candidate keeps FP32: whole layers or single products."""
+    def edit(doc):
+        _stage(doc, "quantize")["granularity"] = unit
+    return edit
+
+
 def _redistill(doc: dict) -> None:
     """After pruning (no recovery of its own), the pruned student goes through the distillation's
     whole schedule again: its intermediate phase (hidden states and embeddings; the attention
@@ -255,6 +262,15 @@ VARIANTS = {
                       "recovery after each: the same total): does a gentler path keep more than two steps?",
                       [*_TASK2, _prune_steps(4), _point_estimate],
                       "task2-iter2q0", "prune", _ON_TASK2_STUDENT),
+    "task2-iter2q0m": ("task2-iter2q0's FP32 graph, its INT8 choice's mixed candidate keeping single products FP32 "
+                       "instead of whole layers (the layer choice kept 1-2 of 6 layers FP32 on CoLA, MRPC and RTE: "
+                       "1.2-1.5x today's chain's latency)",
+                       [*_TASK2, _prune_steps(2), _point_estimate, _granularity("matrix")],
+                       "task2-iter2q0", "quantize", ("task2-iter2q0", "04-export", True)),
+    "task2-iter2s": ("task2-iter2q0's FP32 graph, static INT8 whatever the held-out rows say (what all-INT8, "
+                     "today's chain's latency, costs on dev)",
+                     [*_TASK2, _prune_steps(2), _int8("static")], "task2-iter2q0", "quantize",
+                     ("task2-iter2q0", "04-export", True)),
     "task2-p25q0": ("task2-b256's student with a quarter of its heads and of its FFN neurons pruned (not half), "
                     "INT8 as task2-q0: accuracy bought back by width, latency by the INT8 choice and tokens",
                     [*_TASK2, _prune_amount(0.25, 0.25), _point_estimate],
