@@ -1,0 +1,123 @@
+"""Issue 32's chain target as a picture: each accuracy-first chain variant's GLUE-5 retention (its
+INT8 graph on dev, against its run's held-out teacher) against its batch-1 p50 over today's chain
+(the geometric mean over the five tasks, from ``chain_latency_same_shape``'s summary), with the
+target's corner (≥98% at ≤1.10x) shaded. Everything is read from committed results.
+
+    python -m bench.experiments.chain_tradeoff \\
+        --point "halved, one step" bench/results/accuracy-ablation-h200x1 task2-b256q0 \\
+            bench/results/chain-latency-h200x1/task2-b256q0 \\
+        --out bench/results/chain-latency-h200x1/tradeoff
+
+writes OUT.json (the figures and the command) and OUT.png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import sys
+from typing import Dict, List
+
+TASKS = ("cola", "mrpc", "rte", "sst2", "stsb")
+TARGET_RETENTION, TARGET_RATIO = 98.0, 1.10
+
+
+def _load(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def glue5(ablation_dir: str, variant: str) -> Dict[str, float]:
+    """The variant's INT8 graph on dev and on the held-out rows, its teachers', over GLUE-5."""
+    tasks = _load(os.path.join(ablation_dir, "summary.json"))["tasks"]
+    missing = [t for t in TASKS if variant not in tasks.get(t, {}).get("variants", {})]
+    if missing:
+        raise SystemExit(f"{ablation_dir}: {variant} has no result on {', '.join(missing)}")
+    dev, teacher, held, held_share = [], [], [], []
+    for t in TASKS:
+        entry = tasks[t]
+        last = entry["variants"][variant]["stages"]["quantize"]
+        dev.append(last["score"])
+        teacher.append(entry["teacher"])
+        held_share.append(last.get("holdout_retention"))
+    out = {"glue5": round(sum(dev) / len(dev), 2), "teacher_glue5": round(sum(teacher) / len(teacher), 2),
+           "per_task": dict(zip(TASKS, dev))}
+    out["retention"] = round(100 * out["glue5"] / out["teacher_glue5"], 2)
+    if all(h is not None for h in held_share):
+        out["holdout_retention_mean"] = round(sum(held_share) / len(held_share), 2)
+    return out
+
+
+def latency_ratio(latency_dir: str, threads: int = 1) -> Dict[str, float]:
+    rows = [r for r in _load(os.path.join(latency_dir, "summary.json"))["rows"] if r["threads"] == threads]
+    ratios = {r["task"]: r["chain_over_today"] for r in rows}
+    missing = [t for t in TASKS if t not in ratios]
+    if missing:
+        raise SystemExit(f"{latency_dir}: no {threads}-thread timing for {', '.join(missing)}")
+    geo = math.exp(sum(math.log(ratios[t]) for t in TASKS) / len(TASKS))
+    return {"ratio": round(geo, 3), "per_task": {t: ratios[t] for t in TASKS}, "threads": threads}
+
+
+def plot(points: List[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    xs = [p["latency"]["ratio"] for p in points]
+    ys = [p["accuracy"]["retention"] for p in points]
+    x_hi = max(xs + [TARGET_RATIO]) * 1.08
+    y_lo = min(ys + [TARGET_RETENTION]) - 1.0
+    ax.add_patch(plt.Rectangle((0, TARGET_RETENTION), TARGET_RATIO, 101 - TARGET_RETENTION,
+                               color="#9fd49f", alpha=0.6, zorder=1, label="issue 32's target"))
+    ax.axhline(TARGET_RETENTION, color="#3a7d3a", lw=0.8, ls="--")
+    ax.axvline(TARGET_RATIO, color="#3a7d3a", lw=0.8, ls="--")
+    for p, x, y in zip(points, xs, ys):
+        met = x <= TARGET_RATIO and y >= TARGET_RETENTION
+        ax.scatter([x], [y], s=50, color="#1f5fa8" if not met else "#2b8a2b", zorder=3)
+        ax.annotate(f"{p['label']}\n{y:.1f}%, {x:.2f}x", (x, y), textcoords="offset points", xytext=(6, 4),
+                    fontsize=8)
+    ax.set_xlim(min(xs + [0.9]) - 0.05, x_hi)
+    ax.set_ylim(y_lo, 100.5)
+    ax.set_xlabel("batch-1 p50 over today's chain, 2-core CPU, 1 thread (geometric mean of GLUE-5)")
+    ax.set_ylabel("GLUE-5 dev, % of the held-out teacher (INT8 graph)")
+    ax.set_title("MPNet-base accuracy-first chains: score against latency", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png", dpi=120)
+    plt.close(fig)
+    os.replace(path + ".tmp.png", path)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--point", nargs=4, action="append", required=True,
+                   metavar=("LABEL", "ABLATION_DIR", "VARIANT", "LATENCY_DIR"))
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True, help="OUT.json and OUT.png are written")
+    a = p.parse_args(argv)
+    points = []
+    for label, ablation, variant, latency in a.point:
+        points.append({"label": label, "ablation": ablation, "variant": variant, "latency_dir": latency,
+                       "accuracy": glue5(ablation, variant), "latency": latency_ratio(latency, a.threads)})
+    for q in points:
+        q["meets_target"] = (q["accuracy"]["retention"] >= TARGET_RETENTION
+                             and q["latency"]["ratio"] <= TARGET_RATIO)
+    command = "python -m bench.experiments.chain_tradeoff " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
+    record = {"command": command, "target": {"retention": TARGET_RETENTION, "ratio": TARGET_RATIO},
+              "points": points}
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out + ".json.tmp", "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    os.replace(a.out + ".json.tmp", a.out + ".json")
+    plot(points, a.out + ".png")
+    for q in points:
+        print(f"{q['label']}: GLUE-5 {q['accuracy']['retention']}% at {q['latency']['ratio']}x "
+              f"({'meets' if q['meets_target'] else 'misses'} the target)")
+    print(f"wrote {a.out}.json and {a.out}.png")
+
+
+if __name__ == "__main__":
+    main()
