@@ -275,7 +275,7 @@ VARIANTS = {
                       [*_TASK2, _prune_steps(4), _point_estimate],
                       "task2-iter2q0", "prune", _ON_TASK2_STUDENT),
     "task2-iter2q0m": ("task2-iter2q0's FP32 graph, its INT8 choice's mixed candidate keeping single products FP32 "
-                       "instead of whole layers (the layer choice kept 1-2 of 6 layers FP32 on CoLA, MRPC and RTE: "
+                       "instead of whole layers (the layer choice kept 1-2 units FP32 on CoLA, MRPC and RTE: "
                        "1.2-1.5x today's chain's latency)",
                        [*_TASK2, _prune_steps(2), _point_estimate, _granularity("matrix")],
                        "task2-iter2q0", "quantize", ("task2-iter2q0", "04-export", True)),
