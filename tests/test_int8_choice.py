@@ -112,8 +112,10 @@ def test_the_criterion_settings_are_checked():
         quantize_config(method="auto", min_agreement=1.5)
     with pytest.raises(SettingsError, match=r"confidence must be in \[0, 1\), got 1.0"):
         quantize_config(method="mixed", confidence=1.0)
-    with pytest.raises(SettingsError, match="unknown candidate 'qat'; use static, dynamic, dynamic_per_tensor"):
-        quantize_config(method="auto", candidates=["static", "qat"])
+    with pytest.raises(SettingsError, match="unknown candidate 'int4'; use static, dynamic, dynamic_per_tensor, qat"):
+        quantize_config(method="auto", candidates=["static", "int4"])
+    with pytest.raises(SettingsError, match="qat_distill_alpha"):
+        quantize_config(method="auto", candidates=["qat"], qat_distill_alpha=1.5)
     with pytest.raises(SettingsError, match="names a candidate twice"):
         quantize_config(method="auto", candidates=["fp32", "fp32"])
     with pytest.raises(SettingsError, match="must name at least one"):
@@ -168,3 +170,60 @@ def test_the_record_and_table_show_why_a_candidate_was_chosen(tmp_path, glue_dir
     divergences = [u["divergence"] for u in record["search"]["sensitivity"]["units"]]
     assert divergences == sorted(divergences, reverse=True)
     assert "Mixed precision, units returned to FP32" in open(os.path.join(out, "sensitivity.md")).read()
+
+
+def test_qat_is_trained_only_where_post_training_int8_fails_and_checked_against_its_own_fp32(
+        tmp_path, glue_dir, minilm_dir):
+    """The qat candidate: skipped once a post-training all-INT8 graph meets the criterion; else the
+    checkpoint behind the export is trained fake-quantised, exported and given dynamic INT8, and the
+    graph kept is checked against that FP32 export (not the untrained one); without the checkpoint,
+    one line."""
+    import shutil
+
+    import torch
+    import transformers
+
+    from compressor.core.data import load_split
+    from compressor.core.errors import CompressorError
+    from compressor.core.models import checkpoint_meta, save_checkpoint
+    from compressor.export import export_onnx
+
+    from conftest import tiny_config
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    torch.manual_seed(0)
+    config = tiny_config("bert")
+    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
+    save_checkpoint(transformers.BertForSequenceClassification(config).eval(), tokenizer, str(tmp_path / "ckpt"),
+                    checkpoint_meta(get_task("sst2"), 64, "test"))
+    export_onnx(str(tmp_path / "ckpt"), str(tmp_path / "onnx"), parity=False)
+    train, dev = load_split("sst2", "train", glue_dir, limit=32), load_split("sst2", "dev", glue_dir, limit=24)
+    lenient = dict(max_drop=100.0, min_agreement=0.0, search_on="train", search_rows=16,
+                   qat_train={"epochs": 1, "batch_size": 8, "lr": 1e-3})
+
+    record = quantize(str(tmp_path / "onnx"), str(tmp_path / "spared"),
+                      OrtAutoConfig(candidates=["dynamic", "qat"], **lenient), train_set=train, dev_set=dev)
+    assert record["search"]["qat"] == {"trained": False, "why": "dynamic-int8 met the criterion"}
+    assert [t["name"] for t in record["search"]["tried"]] == ["dynamic-int8"]
+
+    record = quantize(str(tmp_path / "onnx"), str(tmp_path / "qat"),
+                      OrtAutoConfig(candidates=["qat"], **lenient), train_set=train, dev_set=dev)
+    search = record["search"]
+    assert search["chosen"] == "qat-int8" and [t["name"] for t in search["tried"]] == ["qat-int8"]
+    qat = search["qat"]
+    assert qat["trained"] and qat["steps"] == 4 and qat["train_examples"] == 32
+    assert qat["scored_on"] == "train (drawn for the search)" and "fp32_folder" not in qat
+    assert qat["checkpoint"] == str(tmp_path / "ckpt")
+    # parity was taken against the trained model's own FP32 export: it passed, and it is recorded
+    assert record["parity_vs_fp32"]["examples"] > 0
+    from compressor.export.runtime import Predictor
+    texts = ["a gripping film", "flat and dull", "it is what it is"]
+    trained = Predictor(str(tmp_path / "qat")).logits(texts, batch_size=1)
+    untrained = Predictor(str(tmp_path / "spared")).logits(texts, batch_size=1)
+    assert not np.allclose(trained, untrained, atol=1e-3)      # the weights QAT changed
+
+    shutil.rmtree(tmp_path / "ckpt")
+    with pytest.raises(CompressorError, match="the qat candidate needs the PyTorch checkpoint behind"):
+        quantize(str(tmp_path / "onnx"), str(tmp_path / "gone"),
+                 OrtAutoConfig(candidates=["qat"], **lenient), train_set=train, dev_set=dev)
+    assert not os.path.exists(tmp_path / "gone")

@@ -140,6 +140,15 @@ def _qat(doc: dict) -> None:
               "train": {"epochs": 1, "lr": 2.0e-5, "batch_size": 32, "precision": "fp32", "eval_every": 1000000}})
 
 
+def _auto_with_qat(doc: dict) -> None:
+    """QAT as one more candidate of the held-out INT8 choice (trained only when no post-training
+    all-INT8 graph meets the criterion; the same training as _qat)."""
+    q = _stage(doc, "quantize")
+    q["candidates"] = ["static", "dynamic", "qat", "mixed", "fp32"]
+    q.update({"qat_teacher": "recipe", "qat_distill_alpha": 0.5,
+              "qat_train": {"epochs": 1, "lr": 2.0e-5, "batch_size": 32, "precision": "fp32"}})
+
+
 def _redistill(doc: dict) -> None:
     """After pruning (no recovery of its own), the pruned student goes through the distillation's
     whole schedule again: its intermediate phase (hidden states and embeddings; the attention
@@ -279,6 +288,10 @@ VARIANTS = {
                        "1.2-1.5x today's chain's latency)",
                        [*_TASK2, _prune_steps(2), _point_estimate, _granularity("matrix")],
                        "task2-iter2q0", "quantize", ("task2-iter2q0", "04-export", True)),
+    "task2-iter2q0qat": ("task2-iter2q0's FP32 graph, its held-out INT8 choice with QAT as a candidate (trained "
+                         "where static and dynamic INT8 fail the criterion; kept if it meets it, faster than mixed)",
+                         [*_TASK2, _prune_steps(2), _point_estimate, _auto_with_qat], "task2-iter2q0", "quantize",
+                         ("task2-iter2q0", "04-export", True)),
     "task2-iter2s": ("task2-iter2q0's FP32 graph, static INT8 whatever the held-out rows say (what all-INT8, "
                      "today's chain's latency, costs on dev)",
                      [*_TASK2, _prune_steps(2), _int8("static")], "task2-iter2q0", "quantize",

@@ -149,13 +149,14 @@ def _onnx(job: QuantizeJob, config, writer, trained=None) -> dict:
         quant = {"method": config.method, "preset": preset.to_dict() if preset else None,
                  "backend": "onnxruntime"}
         write = writer(src_folder, work, quant, info)
+        fp32_of_written = info.pop("fp32_source", src_folder)   # a QAT candidate's own FP32 export
         if getattr(config, "exclude", None):
             quant["excluded_nodes"] = list(config.exclude)
         report_files = info.get("search", {}).pop("files", None)
         ox.write_export(src_folder, job.out, write, quant)
         # every graph written is run against its FP32 source: a wrong graph is refused (and removed)
         try:
-            info["parity_vs_fp32"] = ox.parity_vs_fp32(src_folder, job.out, job.dev_set.examples
+            info["parity_vs_fp32"] = ox.parity_vs_fp32(fp32_of_written, job.out, job.dev_set.examples
                                                        if job.dev_set is not None else None, config.threads)
         except CompressorError:
             shutil.rmtree(job.out, ignore_errors=True)
@@ -233,12 +234,42 @@ def ort_fp16(job: QuantizeJob, config: OrtFP16Config) -> dict:
 
 def _search_writer(job: QuantizeJob, config):
     def writer(src_folder, work, quant, info):
+        qat = _qat_candidate(job, config) if "qat" in getattr(config, "candidates", ()) else None
         chosen_path, search = _search(src_folder, work, config, config.hardware(), job.train_set,
-                                      job.dev_set, job.holdout_set, job.model, job.max_length)
+                                      job.dev_set, job.holdout_set, job.model, job.max_length, qat=qat)
+        qat_fp32 = (search.get("qat") or {}).pop("fp32_folder", None)   # in the temporary work folder
+        if search.get("chosen") == QAT_CANDIDATE:
+            info["fp32_source"] = qat_fp32
         info["search"] = search
         quant.update({k: search.get(k) for k in ("fp32_units", "chosen") if k in search})
         return lambda path: shutil.copyfile(chosen_path, path)
     return writer
+
+
+QAT_CANDIDATE = "qat-int8"
+POST_TRAINING_INT8 = ("static-int8", "dynamic-int8", "dynamic-int8-per-tensor")
+
+
+def _qat_candidate(job: QuantizeJob, config):
+    """``build(work, rows)``: the PyTorch checkpoint behind ``job.model`` trained with its products
+    fake-quantised (``config.qat_*``; the training's one evaluation is on ``rows``, the search rows,
+    not dev), exported again; returns (that FP32 export folder, the training's summary)."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from compressor.export import int8 as ox
+    from compressor.quantize.hessian import checkpoint_of
+
+    def build(work, rows):
+        checkpoint = checkpoint_of(job.model, "the qat candidate")
+        settings = SimpleNamespace(train=replace(config.qat_train, eval_every=10 ** 9),   # once, at the end
+                                   distill_alpha=config.qat_distill_alpha, temperature=config.qat_temperature,
+                                   teacher=config.qat_teacher)
+        trained, summary = _qat(checkpoint, os.path.join(work, "qat-trained"), settings, config.hardware(),
+                                job.task, job.train_set, rows, job.teacher_dir)
+        folder = ox.ensure_export(trained, os.path.join(work, "qat-export"))
+        return folder, {"checkpoint": checkpoint, "scored_on": rows.split, **summary}
+    return build
 
 
 @register_quantizer(OrtMixedConfig)
@@ -288,7 +319,7 @@ def row_step(rows_set, max_drop: float) -> Optional[dict]:
 
 
 def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=None, model=None,
-            max_length: int = 128) -> tuple:
+            max_length: int = 128, qat=None) -> tuple:
     """Mixed precision (``mixed``) or the fastest configuration that meets the criterion (``auto``):
     drop within ``max_drop`` counting the rows' noise and agreement with FP32 of ``min_agreement``
     (``sensitivity.Criterion``); units ordered by their divergence from FP32 alone or
@@ -365,15 +396,49 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
                                 pad_id=predictor.pad_id, smoothquant_alpha=config.smoothquant_alpha)
         return path
 
+    verdicts = {}   # graph path -> whether it met the criterion
+
+    def judge(path):
+        verdict = criterion.judge(sens.graph_outputs(src_folder, search_set, path, config.threads))
+        verdicts[path] = verdict["meets"]
+        return verdict
+
+    built = {}   # candidate name -> graph path
+
+    def named(name, build):
+        def run():
+            built[name] = build()
+            return built[name]
+        return name, run
+
+    def build_qat():
+        """Trained only when every post-training all-INT8 graph failed the criterion."""
+        passed = [n for n in POST_TRAINING_INT8 if verdicts.get(built.get(n))]
+        if passed:
+            result["qat"] = {"trained": False, "why": f"{passed[0]} met the criterion"}
+            return None
+        if train_set is None:
+            result["qat"] = {"trained": False, "why": "no training rows"}
+            return None
+        folder, summary = qat(work, search_set)
+        path = os.path.join(work, "auto-qat.onnx")
+        ox.quantize_dynamic_onnx(ox.onnx_file(folder), path, preset)
+        result["qat"] = {"trained": True, "fp32_folder": folder, **summary}
+        return path
+
     builders = {"static": ("static-int8", build_static),
                 "dynamic": ("dynamic-int8", build_dynamic("dynamic", None)),
                 "dynamic_per_tensor": ("dynamic-int8-per-tensor", build_dynamic("dynamic-per-tensor", False)),
+                "qat": (QAT_CANDIDATE, build_qat),
                 "mixed": (f"mixed ({len(result['mixed']['fp32_units'])} FP32 units)" if "mixed" in result
                           else "mixed", lambda: mixed_path),
                 "fp32": ("fp32", lambda: src)}
+    if "qat" in wanted and qat is None:
+        raise CompressorError("the qat candidate needs the PyTorch checkpoint and the task's training rows")
+    # qat after the post-training graphs it may spare training for
+    order = sorted(wanted, key=lambda name: name == "qat")
     choice = sens.accuracy_aware(
-        [builders[name] for name in wanted],
-        judge_fn=lambda p: criterion.judge(sens.graph_outputs(src_folder, search_set, p, config.threads)),
+        [named(*builders[name]) for name in order], judge_fn=judge,
         latencies_fn=lambda paths: sens.latencies_ms(src_folder, paths, timing, threads=1))
     result.update(tried=[{k: v for k, v in t.items() if k != "path"} for t in choice["tried"]],
                   latency={"rows": len(timing), "batch_size": 1, "threads": 1,

@@ -28,7 +28,7 @@ CALIBRATIONS = ("minmax", "entropy", "percentile")
 GRANULARITIES = ("matrix", "layer")
 SEARCH_SPLITS = ("dev", "train", "holdout")
 SENSITIVITIES = ("measured", "hessian")
-AUTO_CANDIDATES = ("static", "dynamic", "dynamic_per_tensor", "mixed", "fp32")
+AUTO_CANDIDATES = ("static", "dynamic", "dynamic_per_tensor", "qat", "mixed", "fp32")
 
 
 def agreement_share(value, name, config=None) -> Optional[str]:
@@ -224,11 +224,25 @@ class OrtAutoConfig(HardwareSettings, SearchSettings, CalibrationSettings, OrtQu
 
     method: str = tag("auto")
     # what it tries: static, dynamic (per-channel weights as the preset says), dynamic_per_tensor (one
-    # scale per weight matrix), mixed (the sensitive units FP32), fp32 (the graph as exported)
+    # scale per weight matrix), qat (below), mixed (the sensitive units FP32), fp32 (the graph as exported)
     candidates: List[str] = setting(default_factory=lambda: ["static", "dynamic", "mixed", "fp32"],
                                     choices=AUTO_CANDIDATES, check=candidate_list, what="candidate")
+    # qat: trained only when no post-training all-INT8 candidate meets the criterion: the PyTorch
+    # checkpoint behind the export (its manifest's source) trained with every product fake-quantised
+    # (Q8BERT, as method qat), exported again, then dynamic INT8; judged like the others
+    qat_train: TrainConfig = train_setting(epochs=1.0, lr=1e-5, weight_decay=0.0)
+    qat_distill_alpha: float = setting(0.5, check=share)   # weight of the teacher's soft targets; 0: labels only
+    qat_temperature: float = setting(2.0, check=positive)
+    qat_teacher: str = teacher_setting()   # the soft targets' teacher: input (the FP32 model), recipe or a folder
     uses_train: ClassVar[bool] = True
     needs_dev: ClassVar[bool] = True
+
+    def __post_init__(self):
+        self.qat_train = section_of(self, "qat_train")
+
+    def check(self) -> None:
+        check_fields(self)
+        self.qat_train.check()
 
 
 @variant

@@ -246,9 +246,9 @@ def _owner(model: nn.Module, param: torch.Tensor) -> Optional[nn.Module]:
     return None
 
 
-def checkpoint_of(model_dir: str) -> str:
+def checkpoint_of(model_dir: str, needed_by: str = "sensitivity: hessian") -> str:
     """The PyTorch checkpoint behind ``model_dir``: itself, or the source an export folder's
-    manifest records (the Hessian needs the weights in PyTorch)."""
+    manifest records (the Hessian and QAT need the weights in PyTorch)."""
     from compressor.core.io import read_json
     from compressor.export.onnx import is_export
 
@@ -258,7 +258,7 @@ def checkpoint_of(model_dir: str) -> str:
     source = read_json(manifest).get("source") if os.path.isfile(manifest) else None
     if source and os.path.isdir(source) and not is_export(source):
         return source
-    raise CompressorError(f"sensitivity: hessian needs the PyTorch checkpoint behind {model_dir}; its manifest "
+    raise CompressorError(f"{needed_by} needs the PyTorch checkpoint behind {model_dir}; its manifest "
                           f"names {source or 'none'}, which is not there: quantise the checkpoint instead")
 
 
