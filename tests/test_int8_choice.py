@@ -124,7 +124,9 @@ def test_the_criterion_settings_are_checked():
         quantize_config(method="mixed", candidates=["fp32"])       # mixed has no candidates
 
 
-def test_the_record_and_table_show_why_a_candidate_was_chosen(tmp_path, glue_dir, minilm_dir):
+def tiny_export(tmp_path, glue_dir, minilm_dir):
+    """A random tiny BERT SST-2 checkpoint (tmp_path/ckpt), its FP32 export (tmp_path/onnx), and
+    32 training and 24 dev rows."""
     import torch
     import transformers
 
@@ -141,7 +143,11 @@ def test_the_record_and_table_show_why_a_candidate_was_chosen(tmp_path, glue_dir
     save_checkpoint(transformers.BertForSequenceClassification(config).eval(), tokenizer, str(tmp_path / "ckpt"),
                     checkpoint_meta(get_task("sst2"), 64, "test"))
     export_onnx(str(tmp_path / "ckpt"), str(tmp_path / "onnx"), parity=False)
-    train, dev = load_split("sst2", "train", glue_dir, limit=32), load_split("sst2", "dev", glue_dir, limit=24)
+    return load_split("sst2", "train", glue_dir, limit=32), load_split("sst2", "dev", glue_dir, limit=24)
+
+
+def test_the_record_and_table_show_why_a_candidate_was_chosen(tmp_path, glue_dir, minilm_dir):
+    train, dev = tiny_export(tmp_path, glue_dir, minilm_dir)
 
     out = str(tmp_path / "auto")
     record = quantize(str(tmp_path / "onnx"), out,
@@ -180,24 +186,9 @@ def test_qat_is_trained_only_where_post_training_int8_fails_and_checked_against_
     one line."""
     import shutil
 
-    import torch
-    import transformers
-
-    from compressor.core.data import load_split
     from compressor.core.errors import CompressorError
-    from compressor.core.models import checkpoint_meta, save_checkpoint
-    from compressor.export import export_onnx
 
-    from conftest import tiny_config
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    torch.manual_seed(0)
-    config = tiny_config("bert")
-    config.vocab_size, config.num_labels = tokenizer.vocab_size, 2
-    save_checkpoint(transformers.BertForSequenceClassification(config).eval(), tokenizer, str(tmp_path / "ckpt"),
-                    checkpoint_meta(get_task("sst2"), 64, "test"))
-    export_onnx(str(tmp_path / "ckpt"), str(tmp_path / "onnx"), parity=False)
-    train, dev = load_split("sst2", "train", glue_dir, limit=32), load_split("sst2", "dev", glue_dir, limit=24)
+    train, dev = tiny_export(tmp_path, glue_dir, minilm_dir)
     lenient = dict(max_drop=100.0, min_agreement=0.0, search_on="train", search_rows=16,
                    qat_train={"epochs": 1, "batch_size": 8, "lr": 1e-3})
 
