@@ -34,7 +34,12 @@ _HELP = {
                      "Pearson r of the outputs with FP32's).",
     "confidence": "mixed/auto: --max-drop must hold for this quantile of the drop over bootstrap resamples "
                   "of the search rows (0: the measured drop alone).",
-    "candidates": "auto: what it tries (repeatable): static, dynamic, dynamic_per_tensor, mixed, fp32.",
+    "candidates": "auto: what it tries (repeatable): static, dynamic, dynamic_per_tensor, qat, mixed, fp32 "
+                  "(qat: trained only when no post-training INT8 graph meets the criterion).",
+    "qat_distill_alpha": "auto's qat candidate: weight of the teacher's soft targets (0: labels only).",
+    "qat_temperature": "auto's qat candidate: the soft targets' temperature.",
+    "qat_teacher": "auto's qat candidate: the soft targets' teacher: input (the FP32 model behind the export), "
+                   "recipe or a folder.",
     "granularity": "mixed/auto: sensitivity per matrix or per layer.",
     "sensitivity": "mixed/auto: order units by their measured drop (each quantised alone and scored) or by "
                    "hessian: Q-BERT's Hessian of the task loss on the same rows (needs the PyTorch checkpoint).",
