@@ -21,7 +21,7 @@ from typing import Optional
 import numpy as np
 
 from compressor.core.errors import CompressorError
-from compressor.core.io import atomic_dir, check_output_dir, is_disk_full, versions, write_json
+from compressor.core.io import atomic_dir, check_output_dir, is_disk_full, read_json, versions, write_json
 from compressor.core.loaders import META_FILE
 
 MODEL_FILE = "model.onnx"
@@ -137,6 +137,19 @@ def is_export(folder: str) -> bool:
     """Whether ``folder`` is an ONNX export (its manifest and model.onnx), not a PyTorch checkpoint."""
     return os.path.isfile(os.path.join(folder, MANIFEST_FILE)) and \
         os.path.isfile(os.path.join(folder, MODEL_FILE))
+
+
+def checkpoint_behind(model_dir: str, needed_by: str) -> str:
+    """The PyTorch checkpoint behind ``model_dir``: itself, or the source an export folder's manifest
+    records (what needs the weights in PyTorch, a Hessian or a QAT run, says so as ``needed_by``)."""
+    if not is_export(model_dir):
+        return model_dir
+    manifest = os.path.join(model_dir, MANIFEST_FILE)
+    source = read_json(manifest).get("source") if os.path.isfile(manifest) else None
+    if source and os.path.isdir(source) and not is_export(source):
+        return source
+    raise CompressorError(f"{needed_by} needs the PyTorch checkpoint behind {model_dir}; its manifest "
+                          f"names {source or 'none'}, which is not there: quantise the checkpoint instead")
 
 
 def load_graph(model_file: str, load_external_data: bool = True):

@@ -258,10 +258,10 @@ def _qat_candidate(job: QuantizeJob, config):
     from types import SimpleNamespace
 
     from compressor.export import int8 as ox
-    from compressor.quantize.hessian import checkpoint_of
+    from compressor.export.onnx import checkpoint_behind
 
     def build(work, rows):
-        checkpoint = checkpoint_of(job.model, "the qat candidate")
+        checkpoint = checkpoint_behind(job.model, "the qat candidate")
         settings = SimpleNamespace(train=replace(config.qat_train, eval_every=10 ** 9),   # once, at the end
                                    distill_alpha=config.qat_distill_alpha, temperature=config.qat_temperature,
                                    teacher=config.qat_teacher)

@@ -246,22 +246,6 @@ def _owner(model: nn.Module, param: torch.Tensor) -> Optional[nn.Module]:
     return None
 
 
-def checkpoint_of(model_dir: str, needed_by: str = "sensitivity: hessian") -> str:
-    """The PyTorch checkpoint behind ``model_dir``: itself, or the source an export folder's
-    manifest records (the Hessian and QAT need the weights in PyTorch)."""
-    from compressor.core.io import read_json
-    from compressor.export.onnx import is_export
-
-    if not is_export(model_dir):
-        return model_dir
-    manifest = os.path.join(model_dir, "manifest.json")
-    source = read_json(manifest).get("source") if os.path.isfile(manifest) else None
-    if source and os.path.isdir(source) and not is_export(source):
-        return source
-    raise CompressorError(f"{needed_by} needs the PyTorch checkpoint behind {model_dir}; its manifest "
-                          f"names {source or 'none'}, which is not there: quantise the checkpoint instead")
-
-
 def hessian_report(model_dir: str, src_folder: str, rows_set, preset, granularity: str, config,
                    max_length: int = 128) -> dict:
     """The Hessian measure for the units of ``src_folder``'s graph, from ``model_dir``'s checkpoint
@@ -270,7 +254,10 @@ def hessian_report(model_dir: str, src_folder: str, rows_set, preset, granularit
     from compressor.export.int8 import onnx_file, quantizable_units
 
     units = quantizable_units(onnx_file(src_folder), granularity)
-    net, tokenizer = load_for_task(checkpoint_of(model_dir), rows_set.task, attn_implementation="eager")
+    from compressor.export.onnx import checkpoint_behind
+
+    net, tokenizer = load_for_task(checkpoint_behind(model_dir, "sensitivity: hessian"), rows_set.task,
+                                   attn_implementation="eager")
     report = hessian_sensitivity(net, tokenizer, rows_set, list(units), preset, rows=config.hessian_rows,
                                  batch_size=config.hessian_batch_size, iterations=config.hessian_iterations,
                                  tol=config.hessian_tol, trace_samples=config.hessian_trace_samples,
