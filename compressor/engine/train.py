@@ -306,7 +306,7 @@ def fit(model, tokenizer, train_set, dev_set, config: TrainConfig,
                 _each(callbacks, "on_evaluate", state, entry)
                 tracking.log_eval(entry)
                 better = entry["kept"] and (best is None or entry["score"] > best["score"])
-                _print_evaluation(bar, desc, entry, total_steps, better)
+                _print_evaluation(bar, desc, entry, total_steps, better, _split_name(dev_set))
                 if entry["kept"] and (best is None or entry["score"] > best["score"]):
                     best = entry
                     best_state = {k: v.detach().to("cpu", copy=True)
@@ -492,14 +492,20 @@ def _check_weights(model, step: int, config, limit: float) -> None:
                               f"the learning rate {config.lr:g} is probably too high")
 
 
-def _print_evaluation(bar, desc: str, entry: dict, total_steps: int, best: bool) -> None:
-    """One line on stderr per dev evaluation (step, metrics, score), above the progress bar;
-    rank 0 only, and none with ``COMPRESSOR_PROGRESS=0``."""
+def _split_name(rows) -> str:
+    """The evaluation rows' split in one word (dev; train or holdout where a search scores on them)."""
+    split = getattr(rows, "split", None)
+    return split.split()[0] if isinstance(split, str) and split.strip() else "dev"
+
+
+def _print_evaluation(bar, desc: str, entry: dict, total_steps: int, best: bool, split: str = "dev") -> None:
+    """One line on stderr per evaluation (step, the rows' split, metrics, score), above the progress
+    bar; rank 0 only, and none with ``COMPRESSOR_PROGRESS=0``."""
     if os.environ.get("COMPRESSOR_PROGRESS", "1") == "0" or not distributed.is_main():
         return
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in entry["metrics"].items())
     note = " (best so far)" if best else "" if entry.get("kept", True) else " (not kept)"
-    bar.write(f"{desc} step {entry['step']}/{total_steps}: dev {metrics}, score {entry['score']:.2f}{note}",
+    bar.write(f"{desc} step {entry['step']}/{total_steps}: {split} {metrics}, score {entry['score']:.2f}{note}",
               file=sys.stderr)
 
 
