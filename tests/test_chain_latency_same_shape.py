@@ -85,3 +85,23 @@ def test_add_is_checked_before_anything_is_built(tmp_path):
     with pytest.raises(SystemExit, match="must not be one of"):
         cls.main(["--base", str(base), "--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "o"),
                   "--tasks", "mrpc", "--add", f"mrpc:teacher={tmp_path}"])
+
+
+def test_qat_graphs_time_as_dynamic_int8_and_their_quantize_stage_is_found_where_it_is(tmp_path):
+    """A QAT graph (auto's qat-int8 choice, or method qat whose run has no export stage, so its
+    quantize folder is 04-quantize) is dynamic INT8 for latency."""
+    assert cls.int8_choice({"method": "auto", "search": {"chosen": "qat-int8"}}) == \
+        {"method": "dynamic", "fp32_units": []}
+    folder = tmp_path / "rte-task2-iter2qat"
+    os.makedirs(folder / "03-prune")
+    os.makedirs(folder / "04-quantize")
+    (folder / "04-quantize" / "record.json").write_text(json.dumps({"method": "qat", "preset": {"name": "amx"}}))
+    plan = cls.new_chain_plan(str(tmp_path), "rte", [], run="task2-iter2qat")
+    assert plan["int8"] == {"method": "dynamic", "fp32_units": []} and "bracket" not in plan
+    assert plan["int8_from"].endswith(os.path.join("04-quantize", "record.json"))
+
+
+def test_product_units_named_under_a_wrapper_are_found_by_their_plain_name():
+    assert cls._plain("layer.1.inner.layer.1.intermediate.dense") == "layer.1.intermediate.dense"
+    assert cls._plain("layer.1") == "layer.1" and cls._plain("embeddings") == "embeddings"
+    assert cls._plain("layer.2.inner.layer.1.output.dense") == "layer.2.inner.layer.1.output.dense"

@@ -61,6 +61,31 @@ def _read(path: str) -> Optional[dict]:
 
 # -- what to build, from the GPU runs' records ------------------------------------------------
 
+def _stage_dir(run_folder: str, kind: str) -> str:
+    """The run's last stage folder of ``kind`` (``05-quantize`` in a chain, ``04-quantize`` where
+    QAT replaced the export stage); ``05-quantize`` when there is none."""
+    found = sorted(n for n in (os.listdir(run_folder) if os.path.isdir(run_folder) else [])
+                   if n.split("-", 1)[-1] == kind)
+    return found[-1] if found else "05-quantize"
+
+
+def unit_nodes(onnx_path: str) -> Dict[str, List[str]]:
+    """Unit name -> nodes of this graph, for layers and single products alike. A product the GPU run's
+    graph named under its wrapper module (``layer.1.inner.layer.1.intermediate.dense``) is found by
+    its plain name (``layer.1.intermediate.dense``)."""
+    from compressor.export import int8 as ox
+
+    units = dict(ox.quantizable_units(onnx_path, "matrix"))
+    units.update(ox.quantizable_units(onnx_path, "layer"))
+    return {_plain(name): nodes for name, nodes in units.items()}
+
+
+def _plain(unit: str) -> str:
+    import re
+
+    return re.sub(r"^(layer\.\d+)\.inner\.\1\.", r"\1.", unit)
+
+
 def int8_choice(record: dict) -> dict:
     """The INT8 graph a quantize record says was kept: method (dynamic, dynamic_per_tensor,
     static, mixed or fp32) and, for mixed, the units left FP32 (layer granularity names)."""
@@ -69,14 +94,15 @@ def int8_choice(record: dict) -> dict:
     if record.get("method") == "mixed" or (chosen or "").startswith("mixed"):
         units = search.get("fp32_units") or (search.get("mixed") or {}).get("fp32_units") or []
         return {"method": "mixed", "fp32_units": list(units)}
+    # a QAT graph is dynamic INT8 of other weights: the same latency
     names = {"dynamic-int8": "dynamic", "dynamic-int8-per-tensor": "dynamic_per_tensor",
-             "static-int8": "static", "fp32": "fp32"}
+             "static-int8": "static", "fp32": "fp32", "qat-int8": "dynamic"}
     if chosen is not None:
         if chosen not in names:
             raise SystemExit(f"quantize record: unknown choice {chosen!r}")
         return {"method": names[chosen], "fp32_units": []}
-    if record.get("method") in ("dynamic", "static"):
-        return {"method": record["method"], "fp32_units": []}
+    if record.get("method") in ("dynamic", "static", "qat"):
+        return {"method": "static" if record["method"] == "static" else "dynamic", "fp32_units": []}
     raise SystemExit(f"quantize record: no INT8 choice in method {record.get('method')!r}")
 
 
@@ -85,7 +111,8 @@ def new_chain_plan(records: str, task: str, bracket_units: List[str], run: str =
     (``{records}/{task}-{run}/``)."""
     folder = os.path.join(records, f"{task}-{run}")
     prune = _read(os.path.join(folder, "03-prune", "record.json"))
-    quant = _read(os.path.join(folder, "05-quantize", "record.json"))
+    quant_dir = _stage_dir(folder, "quantize")
+    quant = _read(os.path.join(folder, quant_dir, "record.json"))
     plan = {"layers": 6, "vocab": "full (no vocabulary pruning)"}
     if prune is not None:
         p = prune["pruning"]
@@ -97,7 +124,7 @@ def new_chain_plan(records: str, task: str, bracket_units: List[str], run: str =
                               "importance on training rows of the random-head model)")
     if quant is not None:
         plan["int8"] = int8_choice(quant)
-        plan["int8_from"] = os.path.join(folder, "05-quantize", "record.json")
+        plan["int8_from"] = os.path.join(folder, quant_dir, "record.json")
         plan["int8_preset_on_gpu"] = (quant.get("preset") or {}).get("name")
     else:
         plan["int8"] = {"method": "dynamic", "fp32_units": []}
@@ -110,7 +137,8 @@ def bracket_units(records: str, tasks=TASKS, run: str = "chain") -> List[str]:
     """The FP32 units of the recorded mixed choice that kept the most (the bracket for tasks without one)."""
     most: List[str] = []
     for task in tasks:
-        quant = _read(os.path.join(records, f"{task}-{run}", "05-quantize", "record.json"))
+        folder = os.path.join(records, f"{task}-{run}")
+        quant = _read(os.path.join(folder, _stage_dir(folder, "quantize"), "record.json"))
         if quant is not None:
             units = int8_choice(quant)["fp32_units"]
             if len(units) > len(most):
@@ -225,11 +253,12 @@ def int8_maker(onnx_folder: str, choice: dict, task: str, data_dir: str, preset:
         elif method == "dynamic_per_tensor":
             config = OrtDynamicConfig(preset=preset, per_channel=False)
         elif method in ("dynamic", "mixed"):
-            units = ox.quantizable_units(ox.onnx_file(onnx_folder), "layer")
-            missing = [u for u in choice["fp32_units"] if u not in units]
+            units = unit_nodes(ox.onnx_file(onnx_folder))
+            missing = [u for u in choice["fp32_units"] if _plain(u) not in units]
             if missing:
                 raise SystemExit(f"{onnx_folder}: no units {missing} in this graph (it has {list(units)})")
-            config = OrtDynamicConfig(preset=preset, exclude=[n for u in choice["fp32_units"] for n in units[u]])
+            config = OrtDynamicConfig(preset=preset,
+                                      exclude=[n for u in choice["fp32_units"] for n in units[_plain(u)]])
         else:
             raise SystemExit(f"no INT8 maker for {method!r}")
         quantize(onnx_folder, out, config, task=task, data_dir=data_dir, dev_set=dev_set, overwrite=True)
