@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from bench.experiments.jsonfiles import read_or_none
+from bench.experiments.jsonfiles import last_stage, read_or_none
 
 BASE = "recipes/mpnet/chain-augmented.yaml"
 
@@ -346,12 +346,8 @@ def deps(name: str, listed=()) -> str:
 
 
 def _stage_record(run: str, kind: str):
-    if not os.path.isdir(run):
-        return None
-    for name in sorted(os.listdir(run), reverse=True):   # the last stage of that kind
-        if name.split("-", 1)[-1] == kind:
-            return read_or_none(os.path.join(run, name, "record.json"))
-    return None
+    name = last_stage(run, kind)
+    return read_or_none(os.path.join(run, name, "record.json")) if name else None
 
 
 def _share(score: float, teacher: float):

@@ -36,6 +36,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from typing import Dict, List, Optional
@@ -64,9 +65,9 @@ def _read(path: str) -> Optional[dict]:
 def _stage_dir(run_folder: str, kind: str) -> str:
     """The run's last stage folder of ``kind`` (``05-quantize`` in a chain, ``04-quantize`` where
     QAT replaced the export stage); ``05-quantize`` when there is none."""
-    found = sorted(n for n in (os.listdir(run_folder) if os.path.isdir(run_folder) else [])
-                   if n.split("-", 1)[-1] == kind)
-    return found[-1] if found else "05-quantize"
+    from bench.experiments.jsonfiles import last_stage
+
+    return last_stage(run_folder, kind) or "05-quantize"
 
 
 def unit_nodes(onnx_path: str) -> Dict[str, List[str]]:
@@ -81,8 +82,6 @@ def unit_nodes(onnx_path: str) -> Dict[str, List[str]]:
 
 
 def _plain(unit: str) -> str:
-    import re
-
     return re.sub(r"^(layer\.\d+)\.inner\.\1\.", r"\1.", unit)
 
 

@@ -433,8 +433,6 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
                 "mixed": (f"mixed ({len(result['mixed']['fp32_units'])} FP32 units)" if "mixed" in result
                           else "mixed", lambda: mixed_path),
                 "fp32": ("fp32", lambda: src)}
-    if "qat" in wanted and qat is None:
-        raise CompressorError("the qat candidate needs the PyTorch checkpoint and the task's training rows")
     # qat after the post-training graphs it may spare training for
     order = sorted(wanted, key=lambda name: name == "qat")
     choice = sens.accuracy_aware(
