@@ -20,6 +20,8 @@ import shlex
 import sys
 from typing import Dict, List
 
+from compressor.core.io import write_json
+
 TASKS = ("cola", "mrpc", "rte", "sst2", "stsb")
 TARGET_RETENTION, TARGET_RATIO = 98.0, 1.10
 
@@ -35,7 +37,7 @@ def glue5(ablation_dir: str, variant: str) -> Dict[str, float]:
     missing = [t for t in TASKS if variant not in tasks.get(t, {}).get("variants", {})]
     if missing:
         raise SystemExit(f"{ablation_dir}: {variant} has no result on {', '.join(missing)}")
-    dev, teacher, held, held_share = [], [], [], []
+    dev, teacher, held_share = [], [], []
     for t in TASKS:
         entry = tasks[t]
         last = entry["variants"][variant]["stages"]["quantize"]
@@ -75,8 +77,7 @@ def plot(points: List[dict], path: str) -> None:
     ax.axhline(TARGET_RETENTION, color="#3a7d3a", lw=0.8, ls="--")
     ax.axvline(TARGET_RATIO, color="#3a7d3a", lw=0.8, ls="--")
     for p, x, y in zip(points, xs, ys):
-        met = x <= TARGET_RATIO and y >= TARGET_RETENTION
-        ax.scatter([x], [y], s=50, color="#1f5fa8" if not met else "#2b8a2b", zorder=3)
+        ax.scatter([x], [y], s=50, color="#2b8a2b" if p["meets_target"] else "#1f5fa8", zorder=3)
         ax.annotate(f"{p['label']}\n{y:.1f}%, {x:.2f}x", (x, y), textcoords="offset points", xytext=(6, 4),
                     fontsize=8)
     ax.set_xlim(min(xs + [0.9]) - 0.05, x_hi)
@@ -109,9 +110,7 @@ def main(argv=None) -> None:
     record = {"command": command, "target": {"retention": TARGET_RETENTION, "ratio": TARGET_RATIO},
               "points": points}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out + ".json.tmp", "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
-    os.replace(a.out + ".json.tmp", a.out + ".json")
+    write_json(a.out + ".json", record)
     plot(points, a.out + ".png")
     for q in points:
         print(f"{q['label']}: GLUE-5 {q['accuracy']['retention']}% at {q['latency']['ratio']}x "
