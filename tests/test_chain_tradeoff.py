@@ -54,3 +54,31 @@ def test_the_target_flag_and_the_files(tmp_path):
     record = json.loads((tmp_path / "res" / "t.json").read_text())
     assert record["points"][0]["meets_target"] is True
     assert (tmp_path / "res" / "t.png").stat().st_size > 0
+
+
+def _other_run(tmp_path, cola_score, teacher):
+    d = tmp_path / "other"
+    d.mkdir(exist_ok=True)
+    (d / "summary.json").write_text(json.dumps({"tasks": {"cola": {"teacher": teacher, "variants": {"w": {
+        "stages": {"quantize": {"score": cola_score, "holdout_retention": 98.0}}}}}}}))
+    return str(d)
+
+
+def test_a_task_from_another_run_of_the_same_teacher_replaces_that_task_only(tmp_path):
+    abl, lat = _ablation(tmp_path, [50.0] * 5), _latency(tmp_path, [1.0] * 5)
+    out = tmp_path / "res" / "t"
+    ct.main(["--point", "plain", abl, "v", lat,
+             "--point", "swapped", abl, "v", lat, "--task-from", "cola", _other_run(tmp_path, 45.0, 50.0), "w",
+             "--out", str(out)])
+    plain, swapped = json.loads((tmp_path / "res" / "t.json").read_text())["points"]
+    assert plain["accuracy"]["glue5"] == 50.0 and "per_task_from" not in plain["accuracy"]
+    assert swapped["accuracy"]["per_task"] == {"cola": 45.0, "mrpc": 50.0, "rte": 50.0, "sst2": 50.0, "stsb": 50.0}
+    assert swapped["accuracy"]["glue5"] == 49.0
+    assert swapped["accuracy"]["per_task_from"]["cola"].endswith(" w")
+
+
+def test_a_task_from_a_run_whose_teacher_differs_is_refused(tmp_path):
+    abl, lat = _ablation(tmp_path, [50.0] * 5), _latency(tmp_path, [1.0] * 5)
+    with pytest.raises(SystemExit, match="not the same pipeline"):
+        ct.main(["--point", "p", abl, "v", lat, "--task-from", "cola", _other_run(tmp_path, 45.0, 51.0), "w",
+                 "--out", str(tmp_path / "t")])

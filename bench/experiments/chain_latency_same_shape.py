@@ -105,9 +105,11 @@ def int8_choice(record: dict) -> dict:
     raise SystemExit(f"quantize record: no INT8 choice in method {record.get('method')!r}")
 
 
-def new_chain_plan(records: str, task: str, bracket_units: List[str], run: str = "chain") -> dict:
+def new_chain_plan(records: str, task: str, bracket_units: List[str], run: str = "chain",
+                   criterion: Optional[tuple] = None) -> dict:
     """The accuracy-first chain's shape and INT8 choice for ``task`` from its GPU run's records
-    (``{records}/{task}-{run}/``)."""
+    (``{records}/{task}-{run}/``); with ``criterion`` (max_drop, min_agreement), the choice those
+    records' verdicts give under it (``int8_rejudge``) instead of the one they made."""
     folder = os.path.join(records, f"{task}-{run}")
     prune = _read(os.path.join(folder, "03-prune", "record.json"))
     quant_dir = _stage_dir(folder, "quantize")
@@ -122,6 +124,12 @@ def new_chain_plan(records: str, task: str, bracket_units: List[str], run: str =
         plan["shape_from"] = ("no prune record: heads and FFN halved here (structured, gradient/taylor "
                               "importance on training rows of the random-head model)")
     if quant is not None:
+        if criterion is not None and (quant.get("search") or {}).get("tried"):
+            from bench.experiments.int8_rejudge import rejudge
+            again = rejudge(quant["search"]["tried"], *criterion)["chosen"]
+            plan["int8_rejudged"] = {"max_drop": criterion[0], "min_agreement": criterion[1],
+                                     "recorded": quant["search"]["chosen"], "chosen": again}
+            quant = {**quant, "search": {**quant["search"], "chosen": again}}
         plan["int8"] = int8_choice(quant)
         plan["int8_from"] = os.path.join(folder, quant_dir, "record.json")
         plan["int8_preset_on_gpu"] = (quant.get("preset") or {}).get("name")
@@ -376,6 +384,9 @@ def main(argv=None) -> dict:
                     help="the chain's run folder in --records: {task}-RUN (e.g. task2-b256)")
     ap.add_argument("--add", action="append", default=[], metavar="TASK:NAME=FOLDER",
                     help="also time this graph folder (trained weights) in TASK's run, as NAME; repeatable")
+    ap.add_argument("--rejudge", metavar="MAX_DROP,MIN_AGREEMENT",
+                    help="time the INT8 choice the records' verdicts give under this criterion "
+                         "(bench.experiments.int8_rejudge), not the one they made")
     ap.add_argument("--build-only", action="store_true", help="build every graph, time nothing")
     args = ap.parse_args(argv)
     if not args.base or not os.path.isdir(args.base):
@@ -398,8 +409,16 @@ def main(argv=None) -> dict:
         added.setdefault(task, {})[name] = folder
     command = "python -m bench.experiments.chain_latency_same_shape " + " ".join(
         a if not os.path.isabs(a) or a.startswith("/tmp/") else "PATH" for a in (argv or sys.argv[1:]))
+    criterion = None
+    if args.rejudge:
+        try:
+            criterion = tuple(float(v) for v in args.rejudge.split(","))
+        except ValueError:
+            criterion = ()
+        if len(criterion) != 2:
+            raise SystemExit(f"--rejudge {args.rejudge!r}: give MAX_DROP,MIN_AGREEMENT, e.g. 0.3,0.98")
     bracket = bracket_units(args.records, run=args.run_name)
-    plans = {t: {"chain": new_chain_plan(args.records, t, bracket, args.run_name),
+    plans = {t: {"chain": new_chain_plan(args.records, t, bracket, args.run_name, criterion),
                  "today_chain": today_plan(args.today_runs, t)} for t in tasks}
     for t, graphs in added.items():
         plans[t]["added"] = {name: "a given folder (trained weights)" for name in graphs}

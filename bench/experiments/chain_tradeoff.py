@@ -8,7 +8,10 @@ target's corner (≥98% at ≤1.10x) shaded. Everything is read from committed r
             bench/results/chain-latency-h200x1/task2-b256q0 \\
         --out bench/results/chain-latency-h200x1/tradeoff
 
-writes OUT.json (the figures and the command) and OUT.png.
+writes OUT.json (the figures and the command) and OUT.png. ``--task-from TASK ABLATION_DIR VARIANT``
+after a ``--point`` takes that task's INT8 graph from another run of the same pipeline (a choice
+that run measured and this one did not); it is refused unless the other run's teacher scored the
+same on dev and on the held-out rows' split, and the point records where each task came from.
 """
 from __future__ import annotations
 
@@ -31,21 +34,34 @@ def _load(path: str) -> dict:
         return json.load(f)
 
 
-def glue5(ablation_dir: str, variant: str) -> Dict[str, float]:
-    """The variant's INT8 graph on dev and on the held-out rows, its teachers', over GLUE-5."""
-    tasks = _load(os.path.join(ablation_dir, "summary.json"))["tasks"]
-    missing = [t for t in TASKS if variant not in tasks.get(t, {}).get("variants", {})]
-    if missing:
-        raise SystemExit(f"{ablation_dir}: {variant} has no result on {', '.join(missing)}")
-    dev, teacher, held_share = [], [], []
+def _entry(ablation_dir: str, variant: str, task: str) -> dict:
+    """The task's teacher score and the variant's INT8 (last) stage in an ablation's summary."""
+    entry = _load(os.path.join(ablation_dir, "summary.json"))["tasks"].get(task, {})
+    if variant not in entry.get("variants", {}):
+        raise SystemExit(f"{ablation_dir}: {variant} has no result on {task}")
+    return {"teacher": entry["teacher"], "last": entry["variants"][variant]["stages"]["quantize"]}
+
+
+def glue5(ablation_dir: str, variant: str, task_from: Dict[str, tuple] = None) -> Dict[str, float]:
+    """The variant's INT8 graph on dev and on the held-out rows, its teachers', over GLUE-5; a task in
+    ``task_from`` (task -> (ablation_dir, variant)) from that run, whose teacher must score the same."""
+    task_from = task_from or {}
+    dev, teacher, held_share, source = [], [], [], {}
     for t in TASKS:
-        entry = tasks[t]
-        last = entry["variants"][variant]["stages"]["quantize"]
+        entry = _entry(ablation_dir, variant, t)
+        source[t] = f"{ablation_dir} {variant}"
+        if t in task_from:
+            other = _entry(*task_from[t], t)
+            if other["teacher"] != entry["teacher"]:
+                raise SystemExit(f"--task-from {t} {' '.join(task_from[t])}: its teacher scored {other['teacher']}, "
+                                 f"this run's {entry['teacher']}: not the same pipeline")
+            entry, source[t] = other, " ".join(task_from[t])
+        last = entry["last"]
         dev.append(last["score"])
         teacher.append(entry["teacher"])
         held_share.append(last.get("holdout_retention"))
     out = {"glue5": round(sum(dev) / len(dev), 2), "teacher_glue5": round(sum(teacher) / len(teacher), 2),
-           "per_task": dict(zip(TASKS, dev))}
+           "per_task": dict(zip(TASKS, dev)), **({"per_task_from": source} if task_from else {})}
     out["retention"] = round(100 * out["glue5"] / out["teacher_glue5"], 2)
     if all(h is not None for h in held_share):
         out["holdout_retention_mean"] = round(sum(held_share) / len(held_share), 2)
@@ -96,17 +112,36 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--point", nargs=4, action="append", required=True,
                    metavar=("LABEL", "ABLATION_DIR", "VARIANT", "LATENCY_DIR"))
+    p.add_argument("--task-from", nargs=3, action="append", default=[], metavar=("TASK", "ABLATION_DIR", "VARIANT"),
+                   help="after a --point: that task's INT8 graph from another run of the same pipeline")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True, help="OUT.json and OUT.png are written")
     a = p.parse_args(argv)
+    args = argv if argv is not None else sys.argv[1:]
+    # which --point each --task-from follows
+    owners, current, i = [], -1, 0
+    while i < len(args):
+        if args[i] == "--point":
+            current += 1
+        elif args[i] == "--task-from":
+            if current < 0:
+                raise SystemExit("--task-from must follow the --point it changes")
+            owners.append(current)
+        i += 1
+    task_from: Dict[int, Dict[str, tuple]] = {}
+    for owner, (task, ablation, variant) in zip(owners, a.task_from):
+        if task not in TASKS:
+            raise SystemExit(f"--task-from {task}: not one of {', '.join(TASKS)}")
+        task_from.setdefault(owner, {})[task] = (ablation, variant)
     points = []
-    for label, ablation, variant, latency in a.point:
+    for n, (label, ablation, variant, latency) in enumerate(a.point):
         points.append({"label": label, "ablation": ablation, "variant": variant, "latency_dir": latency,
-                       "accuracy": glue5(ablation, variant), "latency": latency_ratio(latency, a.threads)})
+                       "accuracy": glue5(ablation, variant, task_from.get(n)),
+                       "latency": latency_ratio(latency, a.threads)})
     for q in points:
         q["meets_target"] = (q["accuracy"]["retention"] >= TARGET_RETENTION
                              and q["latency"]["ratio"] <= TARGET_RATIO)
-    command = "python -m bench.experiments.chain_tradeoff " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
+    command = "python -m bench.experiments.chain_tradeoff " + " ".join(shlex.quote(x) for x in args)
     record = {"command": command, "target": {"retention": TARGET_RETENTION, "ratio": TARGET_RATIO},
               "points": points}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
