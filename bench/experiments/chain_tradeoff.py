@@ -92,10 +92,12 @@ def plot(points: List[dict], path: str) -> None:
                                color="#9fd49f", alpha=0.6, zorder=1, label="issue 32's target"))
     ax.axhline(TARGET_RETENTION, color="#3a7d3a", lw=0.8, ls="--")
     ax.axvline(TARGET_RATIO, color="#3a7d3a", lw=0.8, ls="--")
-    for p, x, y in zip(points, xs, ys):
+    for n, (p, x, y) in enumerate(zip(points, xs, ys)):
         ax.scatter([x], [y], s=50, color="#2b8a2b" if p["meets_target"] else "#1f5fa8", zorder=3)
-        ax.annotate(f"{p['label']}\n{y:.1f}%, {x:.2f}x", (x, y), textcoords="offset points", xytext=(6, 4),
-                    fontsize=8)
+        # a label near an earlier point's goes below its own point
+        crowded = any(abs(x - x0) < 0.15 and abs(y - y0) < 0.6 for x0, y0 in zip(xs[:n], ys[:n]))
+        ax.annotate(f"{p['label']}\n{y:.1f}%, {x:.3f}x", (x, y), textcoords="offset points",
+                    xytext=(6, -24) if crowded else (6, 4), fontsize=8)
     ax.set_xlim(min(xs + [0.9]) - 0.05, x_hi)
     ax.set_ylim(y_lo, 100.5)
     ax.set_xlabel("batch-1 p50 over today's chain, 2-core CPU, 1 thread (geometric mean of GLUE-5)")
