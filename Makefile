@@ -22,7 +22,7 @@ demo: $(STAMP)
 # Everything: the layer contract, the docs site (built --strict), unit, integration and end-to-end tests.
 test: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
-	GLUE_DIR=$(GLUE_DIR) $(PY) -m pytest -q
+	GLUE_DIR=$(GLUE_DIR) $(PY) -m pytest -q --durations=15
 
 # The unit tier alone, for everyday work (under two minutes on two cores).
 test-fast: $(STAMP)

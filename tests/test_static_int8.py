@@ -98,3 +98,50 @@ def test_static_int8_quantises_matrix_inputs_not_outputs_and_smooths_on_request(
     for path in paths.values():
         logits = Predictor(mpnet_export, threads=1, model_file=path).logits(texts, batch_size=1)
         assert logits.shape == reference.shape and np.isfinite(logits).all()
+
+
+def _gelu_graph(path):
+    """x feeds MatMul m0 directly and Gemm m1 (with a bias, as a classifier's dense layer) through
+    com.microsoft's Gelu, an operator ONNX's own shape inference cannot type (ONNX Runtime runs it;
+    its symbolic inference types it). Without a range for m1's input, ONNX Runtime's quantiser
+    stops at m1's bias: "Unable to get valid quantization scale"."""
+    rng = np.random.default_rng(0)
+    w0, w1 = rng.normal(size=(8, 6)).astype(np.float32), rng.normal(size=(8, 6)).astype(np.float32)
+    b1 = rng.normal(size=(6,)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["y0"], name="m0"),
+             helper.make_node("Gelu", ["x"], ["g"], name="gelu", domain="com.microsoft"),
+             helper.make_node("Gemm", ["g", "w1", "b1"], ["y1"], name="m1")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y0", "y1")],
+                              [numpy_helper.from_array(w, n) for w, n in ((w0, "w0"), (w1, "w1"), (b1, "b1"))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(model, path)
+
+
+@pytest.mark.unit
+def test_a_product_whose_input_shape_inference_leaves_untyped_stays_fp32_and_the_graph_builds(
+        tmp_path, monkeypatch, capsys):
+    _gelu_graph(str(tmp_path / "g.onnx"))
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.normal(size=(4, 8)).astype(np.float32)} for _ in range(4)]
+    preset = resolve_preset("avx2")
+
+    def quantised(name):
+        done = ox.quantize_static_onnx(str(tmp_path / "g.onnx"), str(tmp_path / name), preset, feeds)
+        model = onnx.load(str(tmp_path / name))
+        feeding = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+        return done, {n.name for n in model.graph.node if n.op_type in ("MatMul", "Gemm") and n.input[0] in feeding}
+
+    done, int8 = quantised("typed.onnx")                      # ONNX Runtime's inference types Gelu
+    assert "untyped_kept_fp32" not in done and int8 == {"m0", "m1"}
+
+    def stops(model):
+        raise RuntimeError("Incomplete symbolic shape inference")
+    monkeypatch.setattr(ox, "symbolic_shapes", stops)
+    done, int8 = quantised("untyped.onnx")
+    assert done["untyped_kept_fp32"] == ["m1"] and int8 == {"m0"}
+    err = capsys.readouterr().err
+    assert "symbolic shape inference stopped on g.onnx (RuntimeError: Incomplete" in err
+    assert "keeps 1 of the graph's products FP32" in err
+    y0, y1 = _run(str(tmp_path / "untyped.onnx"), feeds[0]["x"])
+    assert y0.shape == y1.shape == (4, 6)

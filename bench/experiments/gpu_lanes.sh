@@ -25,8 +25,9 @@ lanes_setup() {
   export COMPRESSOR_SCORE_CACHE=$WORK/scores   # each teacher scored on dev once, not once per run
   mkdir -p "$WORK/recipes" "$OUT/logs"
   python3 - > "$OUT/env.txt" 2>&1 <<'PY'
-import os, platform, torch, transformers
+import os, platform, torch, transformers, onnx, onnxruntime
 print(platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__,
+      "onnx", onnx.__version__, "onnxruntime", onnxruntime.__version__,
       [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())], os.cpu_count(), "cores")
 PY
   echo "threads per process: $THREADS ($PROCS processes at once)" >> "$OUT/env.txt"

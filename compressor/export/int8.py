@@ -196,9 +196,20 @@ def _model_proto(path: str, optimize: bool):
         model = optimize_model(path, model_type="bert", num_heads=0, hidden_size=0, opt_level=0).model
         if not any(o.domain == "com.microsoft" for o in model.opset_import):
             model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    return _typed(model, os.path.basename(path))
+
+
+def _typed(model, what: str):
+    """``model`` typed by ``symbolic_shapes``, or as it is when that inference stops short (an
+    operator it does not know): then the calibrator types what ONNX infers, tensors behind that
+    operator are not quantised, and static INT8 may not build at all. That is said on stderr with
+    the reason, which is what the next person needs to see."""
     try:
         return symbolic_shapes(model)
-    except Exception:  # an operator it does not know: quantise with what ONNX infers
+    except Exception as e:
+        reason = str(e).splitlines()[0] if str(e) else ""
+        print(f"note: ONNX Runtime's symbolic shape inference stopped on {what} ({type(e).__name__}: {reason}); "
+              f"tensors it did not type are not quantised", file=sys.stderr)
         return model
 
 
@@ -328,6 +339,13 @@ def quantize_static_onnx(src: str, dst: str, preset: HardwarePreset, feeds: List
             feeds = _same_width(feeds, pad_id)
         if method == "percentile":
             extra["CalibPercentile"] = percentile
+        untyped = _untyped_products(model, op_types, set(nodes_to_exclude or ()))
+        if untyped:   # no range can be calibrated for their input: kept FP32 rather than no graph at all
+            done["untyped_kept_fp32"] = untyped
+            print(f"note: static INT8 keeps {len(untyped)} of the graph's products FP32: their input has no "
+                  f"type to calibrate ({', '.join(untyped[:3])}{', ...' if len(untyped) > 3 else ''})",
+                  file=sys.stderr)
+            nodes_to_exclude = list(nodes_to_exclude or []) + untyped
         # The calibrator writes an augmented copy of the graph: keep it out of the user's folders.
         staged = os.path.join(tmp, "model.onnx")
         import onnx
@@ -347,6 +365,24 @@ def quantize_static_onnx(src: str, dst: str, preset: HardwarePreset, feeds: List
         finally:
             os.chdir(cwd)
     return done
+
+
+def _untyped_products(model, op_types: Sequence[str], skip: set) -> List[str]:
+    """The ``op_types`` nodes (not in ``skip``) whose activation input has no type after ONNX's own
+    shape inference, as the calibrator will see the graph: it records no range for such a tensor,
+    and the quantiser then stops at the node's bias ("Unable to get valid quantization scale").
+    Empty when the graph is fully typed (``symbolic_shapes`` succeeded)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:   # ONNX's own inference refuses the graph: the calibrator's will too
+        inferred = model
+    graph = inferred.graph
+    typed = {v.name for v in [*graph.value_info, *graph.input, *graph.output]
+             if v.type.tensor_type.elem_type} | {i.name for i in graph.initializer}
+    return [n.name for n in graph.node if n.op_type in op_types and n.name not in skip
+            and n.input and n.input[0] not in typed]
 
 
 def smooth_matmul_inputs(model, feeds: List[Dict[str, np.ndarray]], alpha: float,
@@ -422,10 +458,7 @@ def smooth_matmul_inputs(model, feeds: List[Dict[str, np.ndarray]], alpha: float
             inits[weight].CopyFrom(tensor)
         else:
             graph.initializer.append(tensor)
-    try:
-        model = symbolic_shapes(model)
-    except Exception:   # an operator it does not know: the calibrator types what ONNX infers
-        pass
+    model = _typed(model, "the smoothed graph")
     return model, {"alpha": alpha, "activations": len(groups), "matmuls": sum(map(len, groups.values()))}
 
 
