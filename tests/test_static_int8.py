@@ -145,3 +145,22 @@ def test_a_product_whose_input_shape_inference_leaves_untyped_stays_fp32_and_the
     assert "keeps 1 of the graph's products FP32" in err
     y0, y1 = _run(str(tmp_path / "untyped.onnx"), feeds[0]["x"])
     assert y0.shape == y1.shape == (4, 6)
+
+
+@pytest.mark.unit
+def test_skipped_optional_outputs_are_named_only_while_shapes_are_inferred():
+    """onnxruntime 1.30's symbolic inference looked every output up by name and stopped at a
+    skipped one (KeyError ''): the token graphs' MultiHeadAttention gives output 3, not 1-2. The
+    typed graph and the caller's keep the empty names, and no type is left for the stand-ins."""
+    nodes = [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "", "inv"], name="ln", axis=-1),
+             helper.make_node("Add", ["y", "inv"], ["z"], name="add")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.ones(4, np.float32), "s"),
+                               numpy_helper.from_array(np.zeros(4, np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    typed = ox.symbolic_shapes(model)
+    for m in (model, typed):
+        assert list(m.graph.node[0].output) == ["y", "", "inv"]
+        assert not any(v.name.startswith(ox._SKIPPED) for v in m.graph.value_info)
+    assert {v.name for v in typed.graph.value_info} >= {"y", "inv"}

@@ -130,13 +130,42 @@ def symbolic_shapes(model):
     temporary folder here, so nothing lands in the user's folder (a checkout collected dozens)."""
     import tempfile
 
+    # A skipped optional output has the empty name (the deciding layers' MultiHeadAttention gives
+    # its scores, output 3, and not outputs 1-2); onnxruntime 1.30's inference looks every output
+    # up by name and stops there (KeyError ''). Named while it runs, emptied again after.
+    skipped = 0
+    for node in model.graph.node:
+        for i, name in enumerate(node.output):
+            if not name:
+                node.output[i] = f"{_SKIPPED}{skipped}"
+                skipped += 1
     here = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="compressor-shapes-") as scratch:
         os.chdir(scratch)
         try:
-            return _shape_inference().infer_shapes(model, auto_merge=True)
+            typed = _shape_inference().infer_shapes(model, auto_merge=True)
         finally:
             os.chdir(here)
+            if skipped:
+                _unname_skipped(model)
+    if skipped:
+        _unname_skipped(typed)
+    return typed
+
+
+_SKIPPED = "compressor_skipped_output_"
+
+
+def _unname_skipped(model) -> None:
+    """The outputs ``symbolic_shapes`` named for its inference empty again, their types dropped."""
+    for node in model.graph.node:
+        for i, name in enumerate(node.output):
+            if name.startswith(_SKIPPED):
+                node.output[i] = ""
+    kept = [v for v in model.graph.value_info if not v.name.startswith(_SKIPPED)]
+    if len(kept) != len(model.graph.value_info):
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(kept)
 
 
 def _shape_inference():
