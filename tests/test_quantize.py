@@ -331,3 +331,57 @@ def test_mixed_precision_can_choose_on_training_rows_and_leave_dev_to_the_end(ti
     with pytest.raises(CompressorError, match="search_on: train needs the task's training split"):
         quantize(tiny["onnx"], str(tmp_path / "none"), OrtMixedConfig(search_on="train"),
                  train_set=replace(data["train"], examples=[]), dev_set=data["dev"])
+
+
+def test_refine_keeps_single_products_of_the_layers_the_layer_search_kept(tiny, data, tmp_path, monkeypatch):
+    """granularity refine: the layer search first, then the products inside the layers it kept FP32,
+    measured alone and returned to FP32 one by one. The criterion is scripted (it meets from its
+    second judgement on) so the path is fixed: the layer search keeps one unit, the refinement one
+    product of it, and that product's nodes are the graph's only FP32 products."""
+    import onnx
+
+    from compressor.export.int8 import quantizable_units
+    from compressor.quantize import sensitivity as sens
+
+    real, calls = sens.Criterion.judge, []
+
+    def scripted(self, outputs):
+        verdict = real(self, outputs)
+        calls.append(1)
+        verdict.pop("why_not", None)
+        verdict["meets"] = len(calls) >= 2
+        if not verdict["meets"]:
+            verdict["why_not"] = "scripted"
+        return verdict
+
+    monkeypatch.setattr(sens.Criterion, "judge", scripted)
+    out = str(tmp_path / "refine")
+    record = quantize(tiny["onnx"], out, OrtMixedConfig(granularity="refine", max_drop=0.0, confidence=0),
+                      dev_set=data["dev"])
+    search = record["search"]
+    layers = search["mixed"]["refined_from"]["fp32_units"]
+    assert len(layers) == 1 and search["sensitivity"]["granularity"] == "layer"
+    inside = sens.products_inside(tiny["onnx"], layers)
+    assert {u["unit"] for u in search["refine_sensitivity"]["units"]} == set(inside)
+    assert len(search["fp32_units"]) == 1 and search["fp32_units"][0] in inside
+    assert search["fp32_units"][0] == search["refine_sensitivity"]["units"][0]["unit"]   # most divergent first
+    assert len(calls) == 3   # all INT8, one layer FP32; then one product FP32 (all-INT8 not judged again)
+    kept = set(quantizable_units(os.path.join(tiny["onnx"], "model.onnx"), "matrix")[search["fp32_units"][0]])
+    graph = onnx.load(os.path.join(out, "model.onnx")).graph
+    float_products = {n.name for n in graph.node if n.op_type in ("MatMul", "Gemm", "Attention", "Gather",
+                                                                     "EmbedLayerNormalization")}
+    assert kept <= float_products
+    table = open(os.path.join(out, "sensitivity.md")).read()
+    assert "whole layers returned to FP32" in table and "inside those layers, single products" in table
+
+
+def test_products_inside_partition_their_layers(tiny):
+    from compressor.export.int8 import quantizable_units
+    from compressor.quantize import sensitivity as sens
+
+    path = os.path.join(tiny["onnx"], "model.onnx")
+    layers, matrices = quantizable_units(path, "layer"), quantizable_units(path, "matrix")
+    for unit, nodes in layers.items():
+        inside = sens.products_inside(tiny["onnx"], [unit])
+        assert inside and sorted(n for m in inside for n in matrices[m]) == sorted(nodes)
+    assert sens.products_inside(tiny["onnx"], []) == []

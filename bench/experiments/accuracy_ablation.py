@@ -308,6 +308,11 @@ VARIANTS = {
                        "CoLA's static graph, 10 of its 11 flips to the right label, and RTE's at an equal score)",
                        [*_TASK2, _prune_steps(2), _point_estimate, _agreement(0.98)], "task2-iter2q0", "quantize",
                        ("task2-iter2q0", "04-export", True)),
+    "task2-iter2a98r": ("task2-iter2a98 with the mixed candidate refined: whole layers, then single products inside "
+                        "the layers kept FP32 (RTE's product-level mixed graph in the fourth run: 1.07x today's chain "
+                        "where the layer choice's was 1.20-1.28x)",
+                        [*_TASK2, _prune_steps(2), _point_estimate, _agreement(0.98), _granularity("refine")],
+                        "task2-iter2q0", "quantize", ("task2-iter2q0", "04-export", True)),
     "task2-iter2qat": ("task2-iter2q0's pruned student through quantisation-aware training (one epoch, soft "
                        "targets from the teacher and labels), then dynamic INT8: all-INT8 without the held-out "
                        "choice's FP32 layers",

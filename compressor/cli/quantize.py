@@ -40,7 +40,7 @@ _HELP = {
     "qat_temperature": "auto's qat candidate: the soft targets' temperature.",
     "qat_teacher": "auto's qat candidate: the soft targets' teacher: input (the FP32 model behind the export), "
                    "recipe or a folder.",
-    "granularity": "mixed/auto: sensitivity per matrix or per layer.",
+    "granularity": "mixed/auto: sensitivity per matrix, per layer, or refine (layers, then the products inside the layers kept FP32).",
     "sensitivity": "mixed/auto: order units by their measured drop (each quantised alone and scored) or by "
                    "hessian: Q-BERT's Hessian of the task loss on the same rows (needs the PyTorch checkpoint).",
     "hessian_score": "--sensitivity hessian: eigenvalue (Q-BERT's |mean|+std of the top eigenvalue over "

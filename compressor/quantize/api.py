@@ -347,19 +347,26 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
     if "mixed" in wanted:
         report_dir = os.path.join(work, "report")
         os.makedirs(report_dir, exist_ok=True)
+        # refine: whole layers first, then the products inside the layers kept FP32
+        granularity = "layer" if config.granularity == "refine" else config.granularity
         if getattr(config, "sensitivity", "measured") == "hessian":
             from compressor.quantize import hessian
 
             report = hessian.hessian_report(model or src_folder, src_folder, search_set, preset,
-                                            config.granularity, config, max_length)
+                                            granularity, config, max_length)
             report["fp32_score"] = criterion.fp32_score
             files = hessian.write_report(report, report_dir)
         else:
-            report = sens.measure_sensitivity(src_folder, search_set, preset, work, config.granularity,
+            report = sens.measure_sensitivity(src_folder, search_set, preset, work, granularity,
                                               config.threads, reference=reference)
             files = sens.write_report(report, report_dir, dev_set.task.main_metric)
         mixed = sens.mixed_precision(src_folder, mixed_path, report, search_set, preset, criterion,
                                      config.threads)
+        if config.granularity == "refine":
+            products, mixed = sens.refine_mixed(src_folder, mixed_path, mixed, search_set, preset, criterion,
+                                                work, config.threads, reference=reference)
+            if products is not None:
+                result["refine_sensitivity"] = products
         result.update(sensitivity_measure=getattr(config, "sensitivity", "measured"), sensitivity=report,
                       mixed=mixed)
     if config.method == "mixed":

@@ -25,7 +25,7 @@ from compressor.core.presets import PRESET_NAMES, resolve_preset
 from compressor.engine.train_config import TrainConfig, teacher_setting, train_setting
 
 CALIBRATIONS = ("minmax", "entropy", "percentile")
-GRANULARITIES = ("matrix", "layer")
+GRANULARITIES = ("matrix", "layer", "refine")   # refine: layers, then products inside those kept FP32
 SEARCH_SPLITS = ("dev", "train", "holdout")
 SENSITIVITIES = ("measured", "hessian")
 AUTO_CANDIDATES = ("static", "dynamic", "dynamic_per_tensor", "qat", "mixed", "fp32")
@@ -146,7 +146,10 @@ class SearchSettings:
     # the share of search rows whose label must equal the FP32 graph's (regression: the Pearson correlation
     # of the outputs with FP32's): an accuracy on a few hundred rows cannot see flips that cancel
     min_agreement: float = setting(0.99, check=agreement_share)
-    granularity: str = setting("layer", choices=GRANULARITIES)   # sensitivity per matrix or per layer
+    # sensitivity per matrix, per layer, or refine: per layer, then per matrix inside the layers the
+    # layer search kept FP32 (the products it keeps are a subset of those layers', in fewer builds
+    # than matrix over the whole graph)
+    granularity: str = setting("layer", choices=GRANULARITIES)
     search_on: str = setting("dev", choices=SEARCH_SPLITS)
     search_rows: int = setting(2000, check=positive)     # training rows drawn when search_on is train
     seed: int = 42                                       # which training rows

@@ -26,6 +26,7 @@ from __future__ import annotations
 import sys
 import os
 import time
+from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -149,15 +150,18 @@ class Criterion:
 
 def measure_sensitivity(folder: str, rows_set, preset, work_dir: str, granularity: str = "matrix",
                         threads: Optional[int] = None, op_types: Optional[Sequence[str]] = None,
-                        reference: Optional[np.ndarray] = None) -> dict:
+                        reference: Optional[np.ndarray] = None, only: Optional[Sequence[str]] = None) -> dict:
     """Score the export ``folder``'s FP32 graph, all-INT8 and each unit quantised alone on
     ``rows_set`` (the search's rows: dev, drawn training rows or the teacher's held-out rows), with
     each unit's agreement with FP32 and divergence from it (``agreement``); ``reference``: the FP32
     graph's outputs on those rows, when the caller has them. Units are sorted by divergence, largest
     first: it is what the search protects (agreement with FP32), and unlike the score or the flips on
-    a few hundred rows it moves with every unit, so the order is not decided by ties and noise."""
+    a few hundred rows it moves with every unit, so the order is not decided by ties and noise.
+    ``only``: measure those units alone (the refine step's products)."""
     onnx_path = onnx_file(folder)
     units = quantizable_units(onnx_path, granularity)
+    if only is not None:
+        units = OrderedDict((name, nodes) for name, nodes in units.items() if name in set(only))
     labels = [ex.label for ex in rows_set.examples]
     task = rows_set.task
     if reference is None:
@@ -222,10 +226,14 @@ def choice_table(search: dict, metric: str) -> str:
         return (f"{t['score']:.2f} | {t['drop']:+.2f} | {t['drop_bound']:+.2f} | {t['agreement']:.4f} | {flips} "
                 f"| {t['divergence']:.6f}")
     mixed = search.get("mixed")
-    if mixed:
-        lines += ["Mixed precision, units returned to FP32 in order:", "",
-                  f"| FP32 units {head} meets |", "|---" + rule + "---|"]
-        for t in mixed["tried"]:
+    steps = [("Mixed precision, units returned to FP32 in order:", (mixed or {}).get("tried", []))]
+    if mixed and mixed.get("refined_from"):
+        steps = [("Mixed precision, whole layers returned to FP32 in order:", mixed["refined_from"]["tried"]),
+                 ("Then, inside those layers, single products returned to FP32 in order (every other "
+                  "product INT8):", mixed["tried"])]
+    for title, tried in steps if mixed else []:
+        lines += [title, "", f"| FP32 units {head} meets |", "|---" + rule + "---|"]
+        for t in tried:
             lines.append(f"| {', '.join(t['fp32_units']) or 'none'} | {cells(t)} | "
                          f"{'yes' if t['meets'] else 'no: ' + t.get('why_not', '')} |")
         lines.append("")
@@ -262,9 +270,11 @@ def plot(report: dict, path: str, metric: str) -> str:
 
 
 def mixed_precision(folder: str, out_path: str, report: dict, rows_set, preset, criterion: Criterion,
-                    threads: Optional[int] = None, op_types: Optional[Sequence[str]] = None) -> dict:
+                    threads: Optional[int] = None, op_types: Optional[Sequence[str]] = None,
+                    start: int = 0) -> dict:
     """Quantise all, then keep the most sensitive units FP32 one by one until the graph meets
-    ``criterion`` (drop bound and agreement with FP32 on ``rows_set``).
+    ``criterion`` (drop bound and agreement with FP32 on ``rows_set``); ``start``: the number of
+    units FP32 at the first try (1 where all-INT8 is known to miss).
 
     Returns the FP32 units, the final score and every step tried, each judged; when even
     all-but-everything misses the criterion, the last try is kept and ``met`` is False.
@@ -272,9 +282,10 @@ def mixed_precision(folder: str, out_path: str, report: dict, rows_set, preset, 
     onnx_path = onnx_file(folder)
     ranked = [r for r in report["units"]]
     tried = []
-    kept: List[str] = []
-    excluded: List[str] = []
-    for k in range(len(ranked) + 1):
+    start = min(start, len(ranked))
+    kept: List[str] = [r["unit"] for r in ranked[:start]]
+    excluded: List[str] = [n for r in ranked[:start] for n in r["nodes"]]
+    for k in range(start, len(ranked) + 1):
         quantize_dynamic_onnx(onnx_path, out_path, preset, nodes_to_exclude=excluded, op_types=op_types)
         verdict = criterion.judge(graph_outputs(folder, rows_set, out_path, threads))
         tried.append({"fp32_units": list(kept), **verdict})
@@ -286,6 +297,37 @@ def mixed_precision(folder: str, out_path: str, report: dict, rows_set, preset, 
     return {"fp32_units": kept, "excluded_nodes": excluded, "score": last["score"], "drop": last["drop"],
             "drop_bound": last["drop_bound"], "agreement": last["agreement"], "met": last["meets"],
             "tried": tried}
+
+
+def products_inside(folder: str, layer_units: Sequence[str]) -> List[str]:
+    """The matrix units (single products, and the embeddings) whose nodes belong to ``layer_units``
+    (units of the layer granularity): what the refine step searches inside the layers the layer
+    search kept FP32."""
+    onnx_path = onnx_file(folder)
+    layers = quantizable_units(onnx_path, "layer")
+    inside = {node for unit in layer_units for node in layers.get(unit, [])}
+    return [name for name, nodes in quantizable_units(onnx_path, "matrix").items() if set(nodes) <= inside]
+
+
+def refine_mixed(folder: str, out_path: str, layer_mixed: dict, rows_set, preset, criterion: Criterion,
+                 work_dir: str, threads: Optional[int] = None, op_types: Optional[Sequence[str]] = None,
+                 reference: Optional[np.ndarray] = None) -> tuple:
+    """The layer search's FP32 layers narrowed to single products (``granularity: refine``): the
+    products inside them are measured alone and kept FP32 one by one, most divergent first, every
+    other product INT8, until the graph meets ``criterion``. With all of them FP32 the graph is the
+    layer search's, which met it, so the refined graph keeps at most those products. Returns the
+    products' report and the search (as ``mixed_precision``), or (None, ``layer_mixed``) when the
+    layer search kept nothing or met nothing."""
+    if not layer_mixed["met"] or not layer_mixed["fp32_units"]:
+        return None, layer_mixed
+    products = products_inside(folder, layer_mixed["fp32_units"])
+    report = measure_sensitivity(folder, rows_set, preset, work_dir, "matrix", threads, op_types, reference,
+                                 only=products)
+    refined = mixed_precision(folder, out_path, report, rows_set, preset, criterion, threads, op_types,
+                              start=1)
+    refined["refined_from"] = {"fp32_units": layer_mixed["fp32_units"], "score": layer_mixed["score"],
+                               "agreement": layer_mixed["agreement"], "tried": layer_mixed["tried"]}
+    return report, refined
 
 
 def latency_ms(folder: str, path: str, feeds: Sequence[dict], threads: int = 1, repeats: int = 1) -> float:
