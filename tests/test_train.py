@@ -182,3 +182,23 @@ def test_gradient_accumulation_and_step_limit(tiny_models, glue_dir, tmp_path):
     record = finetune(tiny_models["bert"], "sst2", str(tmp_path / "b"), data_dir=glue_dir,
                       train_limit=64, dev_limit=16, config=config)
     assert record["steps"] == 3 and [h["step"] for h in record["history"]] == [2, 3]
+
+
+def test_deterministic_kernels_only_when_asked(monkeypatch):
+    """COMPRESSOR_DETERMINISTIC=1: set_seed turns PyTorch's deterministic kernels on (the GPU's
+    default ones do not repeat a run with the same seed) and names cuBLAS's workspace; unset, it
+    changes neither."""
+    from compressor.engine.train import set_seed
+
+    monkeypatch.delenv("COMPRESSOR_DETERMINISTIC", raising=False)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        set_seed(1)
+        assert not torch.are_deterministic_algorithms_enabled() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        monkeypatch.setenv("COMPRESSOR_DETERMINISTIC", "1")
+        set_seed(1)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:
+        torch.use_deterministic_algorithms(False)

@@ -12,6 +12,9 @@
 #   wait_for FOLDER PID                until FOLDER/record.json exists or PID has ended (1: it ended first)
 #   seed_run PARENT STAGE RUN          WORK/RUN starts with WORK/PARENT's stage folders up to STAGE
 #   run_lanes FUNC                     FUNC GPU TASK for every task of LANES at once; then commands.txt sorted
+# DETERMINISTIC=1: every training job takes PyTorch's deterministic kernels (COMPRESSOR_DETERMINISTIC,
+# CUBLAS_WORKSPACE_CONFIG), so MRPC's and RTE's teachers repeat from run to run as CoLA's do
+# (bench/results/gpu-determinism-h200/); its cost in speed is not measured. Off by default.
 # Dry run on the CPU: DEVICE=cpu LIMITS="--train-limit 64 --dev-limit 32" HOLDOUT_ROWS=16
 # RECIPE_DATA="train_limit: 64, dev_limit: 32" SHRINK=1 (every phase one epoch, two copies).
 source "$(dirname "${BASH_SOURCE[0]}")/glue5_tasks.sh"   # teacher_spec, holdout_rows
@@ -23,6 +26,7 @@ lanes_setup() {
   THREADS=${THREADS:-$(( $(nproc) / PROCS > 1 ? $(nproc) / PROCS : 1 ))}
   export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
   export COMPRESSOR_SCORE_CACHE=$WORK/scores   # each teacher scored on dev once, not once per run
+  if [ "${DETERMINISTIC:-0}" = 1 ]; then export COMPRESSOR_DETERMINISTIC=1 CUBLAS_WORKSPACE_CONFIG=:4096:8; fi
   mkdir -p "$WORK/recipes" "$OUT/logs"
   python3 - > "$OUT/env.txt" 2>&1 <<'PY'
 import os, platform, torch, transformers, onnx, onnxruntime
@@ -31,6 +35,7 @@ print(platform.python_version(), "torch", torch.__version__, "transformers", tra
       [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())], os.cpu_count(), "cores")
 PY
   echo "threads per process: $THREADS ($PROCS processes at once)" >> "$OUT/env.txt"
+  echo "deterministic kernels: ${COMPRESSOR_DETERMINISTIC:-0}" >> "$OUT/env.txt"
   # how busy the GPUs were, every 15 s: tells the next session whether more runs fit side by side
   if command -v nvidia-smi > /dev/null; then
     timeout 3600 nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -l 15 \

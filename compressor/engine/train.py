@@ -36,10 +36,19 @@ from compressor.core.progress import progress
 
 
 def set_seed(seed: int) -> None:
+    """Seed every generator a training job draws from; with ``COMPRESSOR_DETERMINISTIC=1`` also
+    make PyTorch take deterministic kernels (``use_deterministic_algorithms``, warning where an
+    operator has none). On a GPU the same seed does not repeat a run without it: MRPC fine-tuned
+    twice on an H200 gave two sets of weights, CoLA the same ones; with it, MRPC's were the same
+    (docs/training.md). cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` from the process's start
+    for that: it is set here when missing, which is in time only if no cuBLAS call came before."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.cuda.manual_seed_all(seed)
+    if os.environ.get("COMPRESSOR_DETERMINISTIC") == "1":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 def task_loss(model, batch):
