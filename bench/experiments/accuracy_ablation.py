@@ -144,7 +144,6 @@ def _agreement(share: float):
     """The held-out INT8 choice's agreement floor (``min_agreement``) at ``share``."""
     def edit(doc: dict) -> None:
         _stage(doc, "quantize")["min_agreement"] = share
-    edit.__doc__ = f"The held-out INT8 choice with min_agreement {share}."
     return edit
 
 

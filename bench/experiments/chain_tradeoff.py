@@ -110,31 +110,31 @@ def plot(points: List[dict], path: str) -> None:
     os.replace(path + ".tmp.png", path)
 
 
+class _TaskFrom(argparse.Action):
+    """``--task-from`` attaches to the ``--point`` before it (argparse reads options in order)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if not namespace.point:
+            raise SystemExit("--task-from must follow the --point it changes")
+        task, ablation, variant = values
+        if task not in TASKS:
+            raise SystemExit(f"--task-from {task}: not one of {', '.join(TASKS)}")
+        if namespace.task_from is None:   # a dict of this parse's own, not a default shared between parses
+            namespace.task_from = {}
+        namespace.task_from.setdefault(len(namespace.point) - 1, {})[task] = (ablation, variant)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--point", nargs=4, action="append", required=True,
                    metavar=("LABEL", "ABLATION_DIR", "VARIANT", "LATENCY_DIR"))
-    p.add_argument("--task-from", nargs=3, action="append", default=[], metavar=("TASK", "ABLATION_DIR", "VARIANT"),
+    p.add_argument("--task-from", nargs=3, action=_TaskFrom, default=None, metavar=("TASK", "ABLATION_DIR", "VARIANT"),
                    help="after a --point: that task's INT8 graph from another run of the same pipeline")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True, help="OUT.json and OUT.png are written")
     a = p.parse_args(argv)
     args = argv if argv is not None else sys.argv[1:]
-    # which --point each --task-from follows
-    owners, current, i = [], -1, 0
-    while i < len(args):
-        if args[i] == "--point":
-            current += 1
-        elif args[i] == "--task-from":
-            if current < 0:
-                raise SystemExit("--task-from must follow the --point it changes")
-            owners.append(current)
-        i += 1
-    task_from: Dict[int, Dict[str, tuple]] = {}
-    for owner, (task, ablation, variant) in zip(owners, a.task_from):
-        if task not in TASKS:
-            raise SystemExit(f"--task-from {task}: not one of {', '.join(TASKS)}")
-        task_from.setdefault(owner, {})[task] = (ablation, variant)
+    task_from: Dict[int, Dict[str, tuple]] = a.task_from or {}
     points = []
     for n, (label, ablation, variant, latency) in enumerate(a.point):
         points.append({"label": label, "ablation": ablation, "variant": variant, "latency_dir": latency,

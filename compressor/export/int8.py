@@ -403,15 +403,20 @@ def _untyped_products(model, op_types: Sequence[str], skip: set) -> List[str]:
     Empty when the graph is fully typed (``symbolic_shapes`` succeeded)."""
     import onnx
 
+    def untyped(m) -> List[str]:
+        g = m.graph
+        typed = {v.name for v in [*g.value_info, *g.input, *g.output]
+                 if v.type.tensor_type.elem_type} | {i.name for i in g.initializer}
+        return [n.name for n in g.node if n.op_type in op_types and n.name not in skip
+                and n.input and n.input[0] not in typed]
+
+    if not untyped(model):   # typed already (symbolic_shapes succeeded): no copy through ONNX's inference
+        return []
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:   # ONNX's own inference refuses the graph: the calibrator's will too
         inferred = model
-    graph = inferred.graph
-    typed = {v.name for v in [*graph.value_info, *graph.input, *graph.output]
-             if v.type.tensor_type.elem_type} | {i.name for i in graph.initializer}
-    return [n.name for n in graph.node if n.op_type in op_types and n.name not in skip
-            and n.input and n.input[0] not in typed]
+    return untyped(inferred)
 
 
 def smooth_matmul_inputs(model, feeds: List[Dict[str, np.ndarray]], alpha: float,

@@ -150,18 +150,21 @@ class Criterion:
 
 def measure_sensitivity(folder: str, rows_set, preset, work_dir: str, granularity: str = "matrix",
                         threads: Optional[int] = None, op_types: Optional[Sequence[str]] = None,
-                        reference: Optional[np.ndarray] = None, only: Optional[Sequence[str]] = None) -> dict:
+                        reference: Optional[np.ndarray] = None, only: Optional[Sequence[str]] = None,
+                        all_int8_score: Optional[float] = None) -> dict:
     """Score the export ``folder``'s FP32 graph, all-INT8 and each unit quantised alone on
     ``rows_set`` (the search's rows: dev, drawn training rows or the teacher's held-out rows), with
     each unit's agreement with FP32 and divergence from it (``agreement``); ``reference``: the FP32
     graph's outputs on those rows, when the caller has them. Units are sorted by divergence, largest
     first: it is what the search protects (agreement with FP32), and unlike the score or the flips on
     a few hundred rows it moves with every unit, so the order is not decided by ties and noise.
-    ``only``: measure those units alone (the refine step's products)."""
+    ``only``: measure those units alone (the refine step's products); ``all_int8_score``: the
+    all-INT8 graph's score on these rows when the caller has it (not built again)."""
     onnx_path = onnx_file(folder)
     units = quantizable_units(onnx_path, granularity)
     if only is not None:
-        units = OrderedDict((name, nodes) for name, nodes in units.items() if name in set(only))
+        wanted = set(only)
+        units = OrderedDict((name, nodes) for name, nodes in units.items() if name in wanted)
     labels = [ex.label for ex in rows_set.examples]
     task = rows_set.task
     if reference is None:
@@ -178,9 +181,11 @@ def measure_sensitivity(folder: str, rows_set, preset, work_dir: str, granularit
         rows.append({"unit": name, "nodes": nodes, "score": value, "drop": baseline - value,
                      "agreement": round(agree["agreement"], 6), "divergence": agree["divergence"],
                      "position": position})
-    path = os.path.join(work_dir, "all.onnx")
-    quantize_dynamic_onnx(onnx_path, path, preset, op_types=op_types)
-    everything = score_outputs(task, graph_outputs(folder, rows_set, path, threads), labels)
+    everything = all_int8_score
+    if everything is None:
+        path = os.path.join(work_dir, "all.onnx")
+        quantize_dynamic_onnx(onnx_path, path, preset, op_types=op_types)
+        everything = score_outputs(task, graph_outputs(folder, rows_set, path, threads), labels)
     order = sorted(rows, key=lambda r: (-r["divergence"], -r["drop"], r["unit"]))
     return {"granularity": granularity, "fp32_score": baseline, "all_int8_score": everything,
             "order": "divergence from FP32", "units": order, "examples": len(rows_set), "split": rows_set.split}
@@ -321,8 +326,10 @@ def refine_mixed(folder: str, out_path: str, layer_mixed: dict, rows_set, preset
     if not layer_mixed["met"] or not layer_mixed["fp32_units"]:
         return None, layer_mixed
     products = products_inside(folder, layer_mixed["fp32_units"])
+    # the layer search's try with every unit INT8 is the same graph: its score is not measured again
+    all_int8 = next((t["score"] for t in layer_mixed["tried"] if not t["fp32_units"]), None)
     report = measure_sensitivity(folder, rows_set, preset, work_dir, "matrix", threads, op_types, reference,
-                                 only=products)
+                                 only=products, all_int8_score=all_int8)
     refined = mixed_precision(folder, out_path, report, rows_set, preset, criterion, threads, op_types,
                               start=1)
     refined["refined_from"] = {"fp32_units": layer_mixed["fp32_units"], "score": layer_mixed["score"],
