@@ -83,27 +83,36 @@ def plot(points: List[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    from matplotlib.lines import Line2D
+
+    # points are numbered on the plot and named in a key under it: labels beside close points overlap
+    fig, ax = plt.subplots(figsize=(6.4, 4.2 + 0.2 * len(points)))
     xs = [p["latency"]["ratio"] for p in points]
     ys = [p["accuracy"]["retention"] for p in points]
     x_hi = max(xs + [TARGET_RATIO]) * 1.08
     y_lo = min(ys + [TARGET_RETENTION]) - 1.0
-    ax.add_patch(plt.Rectangle((0, TARGET_RETENTION), TARGET_RATIO, 101 - TARGET_RETENTION,
-                               color="#9fd49f", alpha=0.6, zorder=1, label="issue 32's target"))
+    target = plt.Rectangle((0, TARGET_RETENTION), TARGET_RATIO, 101 - TARGET_RETENTION,
+                           color="#9fd49f", alpha=0.6, zorder=1)
+    ax.add_patch(target)
     ax.axhline(TARGET_RETENTION, color="#3a7d3a", lw=0.8, ls="--")
     ax.axvline(TARGET_RATIO, color="#3a7d3a", lw=0.8, ls="--")
-    for n, (p, x, y) in enumerate(zip(points, xs, ys)):
-        ax.scatter([x], [y], s=50, color="#2b8a2b" if p["meets_target"] else "#1f5fa8", zorder=3)
-        # a label near an earlier point's goes below its own point
-        crowded = any(abs(x - x0) < 0.15 and abs(y - y0) < 0.6 for x0, y0 in zip(xs[:n], ys[:n]))
-        ax.annotate(f"{p['label']}\n{y:.1f}%, {x:.3f}x", (x, y), textcoords="offset points",
-                    xytext=(6, -24) if crowded else (6, 4), fontsize=8)
+    key = [target]
+    names = ["issue 32's target (>= 98% at <= 1.10x)"]
+    for n, (p, x, y) in enumerate(zip(points, xs, ys), start=1):
+        color = "#2b8a2b" if p["meets_target"] else "#1f5fa8"
+        ax.scatter([x], [y], s=50, color=color, zorder=3)
+        # numbers of points close to an earlier one go below their point, the others above
+        crowded = any(abs(x - x0) < 0.15 and abs(y - y0) < 0.6 for x0, y0 in zip(xs[:n - 1], ys[:n - 1]))
+        ax.annotate(str(n), (x, y), textcoords="offset points", xytext=(4, -12) if crowded else (4, 4),
+                    fontsize=8, fontweight="bold")
+        key.append(Line2D([], [], ls="", marker="o", color=color))
+        names.append(f"{n}  {p['label']}: {y:.2f}%, {x:.3f}x")
     ax.set_xlim(min(xs + [0.9]) - 0.05, x_hi)
     ax.set_ylim(y_lo, 100.5)
     ax.set_xlabel("batch-1 p50 over today's chain, 2-core CPU, 1 thread (geometric mean of GLUE-5)")
     ax.set_ylabel("GLUE-5 dev, % of the held-out teacher (INT8 graph)")
     ax.set_title("MPNet-base accuracy-first chains: score against latency", fontsize=10)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(key, names, loc="upper left", bbox_to_anchor=(0, -0.16), fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path + ".tmp.png", dpi=120)
     plt.close(fig)
