@@ -211,6 +211,7 @@ def test_finetune_distil_export_quantize_bench(arch, bases, glue_dir, tmp_path):
                                            throughput_batches=1, memory=False), log=lambda m: None)
     rows = {(r["name"], r["batch_size"]): r for r in doc["rows"]}
     assert {name for name, _ in rows} == {"teacher", "int8", "ort-o2-int8"}
+    assert rows[("ort-o2-int8", 1)]["extra"]["group"] == "peer" and rows[("int8", 1)]["extra"]["group"] != "peer"
     for (name, batch), row in rows.items():
         assert row["value"] is not None
         assert row["latency_ms"]["p50"] > 0 if batch == 1 else row["throughput"] > 0

@@ -97,7 +97,8 @@ def test_a_stopped_benchmark_keeps_what_it_finished_and_a_rerun_measures_every_v
     onnx_dir = export_dir
     config = BenchConfig(sentences=12, warmup=2, threads=[1, 2], batch_sizes=[4], throughput_batches=2,
                          memory=True)
-    doc = run_benchmark([f"mine={onnx_dir}"], teacher=teacher, peers=["pytorch-fp32", "ort-o2-int8"],
+    # the peers are built and timed as any variant is (test_architectures: ort-o2-int8 in a worker)
+    doc = run_benchmark([f"mine={onnx_dir}"], teacher=teacher, peers=["pytorch-fp32"],
                         config=config, dev=dev, out=out, command="test")
     saved = read_results(out)
     assert saved["config"]["complete"] is True and {r["threads"] for r in saved["rows"]} == {1, 2}
@@ -105,11 +106,11 @@ def test_a_stopped_benchmark_keeps_what_it_finished_and_a_rerun_measures_every_v
     # the default log stamps each step with the seconds since the start (where a long run's time went)
     steps = capsys.readouterr().err.splitlines()
     assert steps and all(re.match(r"\[ *\d+ s\] ", line) for line in steps), steps
-    assert any("building 3 variants, each in its own process" in line for line in steps)
+    assert any("building 2 variants, each in its own process" in line for line in steps)
 
     rows = doc["rows"]
     names = {r["name"] for r in rows}
-    assert names == {"teacher", "mine", "ort-o2-int8"}   # the teacher in FP32 is the pytorch-fp32 peer
+    assert names == {"teacher", "mine"}   # the teacher in FP32 is the pytorch-fp32 peer
     for r in rows:
         assert all(k in r for k in REQUIRED)
         assert r["threads"] in (1, 2) and r["batch_size"] in (1, 4)
@@ -127,7 +128,6 @@ def test_a_stopped_benchmark_keeps_what_it_finished_and_a_rerun_measures_every_v
     assert mine_row["parameters"] == teacher_row["parameters"] > 0
     assert {r["extra"]["timing"]["isolation"].split()[0] for r in rows} == {"process"}
     assert saved_timing(out)["pause_s"] == config.pause_s
-    assert next(r for r in rows if r["name"] == "ort-o2-int8")["extra"]["group"] == "peer"
     assert saved["command"] == "test" and len(saved["rows"]) == len(rows)
     fp = saved["fingerprint"]
     assert fp["cores"] and "cpu_flags" in fp and fp["versions"]["onnxruntime"] and fp["cpu_preset"]
