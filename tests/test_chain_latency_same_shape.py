@@ -105,3 +105,23 @@ def test_product_units_named_under_a_wrapper_are_found_by_their_plain_name():
     assert cls._plain("layer.1.inner.layer.1.intermediate.dense") == "layer.1.intermediate.dense"
     assert cls._plain("layer.1") == "layer.1" and cls._plain("embeddings") == "embeddings"
     assert cls._plain("layer.2.inner.layer.1.output.dense") == "layer.2.inner.layer.1.output.dense"
+
+
+def test_widen_scales_each_layers_kept_heads_and_ffn_capped_at_the_unpruned_counts(tmp_path):
+    shape = {"heads_before": [12] * 3, "ffn_before": [3072] * 3,
+             "heads_after": [6, 11, 1], "ffn_after": [1536, 3000, 161]}
+    _plant(tmp_path, "mrpc", {"pruning": shape}, {"method": "auto", "search": {"chosen": "static-int8"}})
+    plan = cls.new_chain_plan(str(tmp_path), "mrpc", [], widen=(1.25, 1.2))
+    assert plan["shape"] == {"heads": [8, 12, 1], "ffn": [1843, 3072, 193]}
+    assert plan["widened"]["recorded"] == {"heads": [6, 11, 1], "ffn": [1536, 3000, 161]}
+    assert plan["int8"] == {"method": "static", "fp32_units": []}
+    assert cls.new_chain_plan(str(tmp_path), "mrpc", [])["shape"]["ffn"] == [1536, 3000, 161]   # not asked: as run
+    base = tmp_path / "base"
+    base.mkdir()
+    for bad in ("1.2", "1,x", "0,1"):
+        with pytest.raises(SystemExit, match="--widen"):
+            cls.main(["--base", str(base), "--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "o"),
+                      "--records", str(tmp_path), "--tasks", "mrpc", "--widen", bad])
+    _plant(tmp_path, "cola", None, {"method": "auto", "search": {"chosen": "static-int8"}})
+    with pytest.raises(SystemExit, match="no prune record to widen"):
+        cls.new_chain_plan(str(tmp_path), "cola", [], widen=(1, 1.2))

@@ -105,11 +105,22 @@ def int8_choice(record: dict) -> dict:
     raise SystemExit(f"quantize record: no INT8 choice in method {record.get('method')!r}")
 
 
+def widened(pruning: dict, heads: float, ffn: float) -> dict:
+    """A pruned shape with each layer's kept heads and FFN neurons multiplied by ``heads`` and ``ffn``
+    (rounded, capped at the layer's count before pruning): a lighter pruning of the same student
+    that no run has trained yet, for its latency."""
+    def scale(after, before, by):
+        return [min(b, max(1, round(a * by))) for a, b in zip(after, before)]
+    return {"heads": scale(pruning["heads_after"], pruning["heads_before"], heads),
+            "ffn": scale(pruning["ffn_after"], pruning["ffn_before"], ffn)}
+
+
 def new_chain_plan(records: str, task: str, bracket_units: List[str], run: str = "chain",
-                   criterion: Optional[tuple] = None) -> dict:
+                   criterion: Optional[tuple] = None, widen: Optional[tuple] = None) -> dict:
     """The accuracy-first chain's shape and INT8 choice for ``task`` from its GPU run's records
     (``{records}/{task}-{run}/``); with ``criterion`` (max_drop, min_agreement), the choice those
-    records' verdicts give under it (``int8_rejudge``) instead of the one they made."""
+    records' verdicts give under it (``int8_rejudge``) instead of the one they made; with ``widen``
+    (heads, ffn), the recorded shape widened by those factors (:func:`widened`)."""
     folder = os.path.join(records, f"{task}-{run}")
     prune = _read(os.path.join(folder, "03-prune", "record.json"))
     quant_dir = _stage_dir(folder, "quantize")
@@ -119,6 +130,12 @@ def new_chain_plan(records: str, task: str, bracket_units: List[str], run: str =
         p = prune["pruning"]
         plan["shape"] = {"heads": p["heads_after"], "ffn": p["ffn_after"]}
         plan["shape_from"] = os.path.join(folder, "03-prune", "record.json")
+        if widen is not None:
+            plan["shape"] = widened(p, *widen)
+            plan["widened"] = {"heads": widen[0], "ffn": widen[1], "recorded": {"heads": p["heads_after"],
+                                                                               "ffn": p["ffn_after"]}}
+    elif widen is not None:
+        raise SystemExit(f"--widen: {folder} has no prune record to widen")
     else:
         plan["shape"] = None
         plan["shape_from"] = ("no prune record: heads and FFN halved here (structured, gradient/taylor "
@@ -387,6 +404,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--rejudge", metavar="MAX_DROP,MIN_AGREEMENT",
                     help="time the INT8 choice the records' verdicts give under this criterion "
                          "(bench.experiments.int8_rejudge), not the one they made")
+    ap.add_argument("--widen", metavar="HEADS,FFN",
+                    help="multiply each layer's recorded kept heads and FFN neurons by these factors (a "
+                         "lighter pruning's latency, e.g. 1,1.2: 40%% of the FFN removed where the run removed half)")
     ap.add_argument("--build-only", action="store_true", help="build every graph, time nothing")
     args = ap.parse_args(argv)
     if not args.base or not os.path.isdir(args.base):
@@ -417,8 +437,16 @@ def main(argv=None) -> dict:
             criterion = ()
         if len(criterion) != 2:
             raise SystemExit(f"--rejudge {args.rejudge!r}: give MAX_DROP,MIN_AGREEMENT, e.g. 0.3,0.98")
+    widen = None
+    if args.widen:
+        try:
+            widen = tuple(float(v) for v in args.widen.split(","))
+        except ValueError:
+            widen = ()
+        if len(widen) != 2 or min(widen) <= 0:
+            raise SystemExit(f"--widen {args.widen!r}: give HEADS,FFN factors above 0, e.g. 1,1.2")
     bracket = bracket_units(args.records, run=args.run_name)
-    plans = {t: {"chain": new_chain_plan(args.records, t, bracket, args.run_name, criterion),
+    plans = {t: {"chain": new_chain_plan(args.records, t, bracket, args.run_name, criterion, widen),
                  "today_chain": today_plan(args.today_runs, t)} for t in tasks}
     for t, graphs in added.items():
         plans[t]["added"] = {name: "a given folder (trained weights)" for name in graphs}
