@@ -380,6 +380,19 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pair(text: Optional[str], flag: str, want: str, least: float) -> Optional[tuple]:
+    """``A,B`` as two numbers of at least ``least``; None when the flag was not given."""
+    if not text:
+        return None
+    try:
+        pair = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        pair = ()
+    if len(pair) != 2 or min(pair) < least:
+        raise SystemExit(f"{flag} {text!r}: give {want}")
+    return pair
+
+
 def main(argv=None) -> dict:
     from compressor.core.io import write_text
 
@@ -429,22 +442,8 @@ def main(argv=None) -> dict:
         added.setdefault(task, {})[name] = folder
     command = "python -m bench.experiments.chain_latency_same_shape " + " ".join(
         a if not os.path.isabs(a) or a.startswith("/tmp/") else "PATH" for a in (argv or sys.argv[1:]))
-    criterion = None
-    if args.rejudge:
-        try:
-            criterion = tuple(float(v) for v in args.rejudge.split(","))
-        except ValueError:
-            criterion = ()
-        if len(criterion) != 2:
-            raise SystemExit(f"--rejudge {args.rejudge!r}: give MAX_DROP,MIN_AGREEMENT, e.g. 0.3,0.98")
-    widen = None
-    if args.widen:
-        try:
-            widen = tuple(float(v) for v in args.widen.split(","))
-        except ValueError:
-            widen = ()
-        if len(widen) != 2 or min(widen) <= 0:
-            raise SystemExit(f"--widen {args.widen!r}: give HEADS,FFN factors above 0, e.g. 1,1.2")
+    criterion = _pair(args.rejudge, "--rejudge", "MAX_DROP,MIN_AGREEMENT, e.g. 0.3,0.98", 0)
+    widen = _pair(args.widen, "--widen", "HEADS,FFN factors above 0, e.g. 1,1.2", 1e-9)
     bracket = bracket_units(args.records, run=args.run_name)
     plans = {t: {"chain": new_chain_plan(args.records, t, bracket, args.run_name, criterion, widen),
                  "today_chain": today_plan(args.today_runs, t)} for t in tasks}
