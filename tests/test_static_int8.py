@@ -75,18 +75,27 @@ def _quantised_outputs(path):
     return [n.input[0] for n in graph.node if n.op_type == "QuantizeLinear" and made_by.get(n.input[0]) in ("MatMul", "Gemm")]
 
 
+TEXTS = ("a fine film", "dull and long", "not bad at all", "the plot never takes off")
+
+
+def _calibrated(export):
+    """The export's graph, calibration feeds of four sentences, the VNNI preset and the pad id."""
+    from compressor.export.runtime import Predictor
+
+    predictor = Predictor(export, threads=1)
+    return ox.onnx_file(export), [predictor.encode([t]) for t in TEXTS], resolve_preset("avx512_vnni"), predictor.pad_id
+
+
 @pytest.mark.integration
 def test_static_int8_quantises_matrix_inputs_not_outputs_and_smooths_on_request(mpnet_export, tmp_path):
     from compressor.export.runtime import Predictor
 
-    predictor = Predictor(mpnet_export, threads=1)
-    texts = ("a fine film", "dull and long", "not bad at all", "the plot never takes off")
-    feeds = [predictor.encode([t]) for t in texts]
-    src, preset = ox.onnx_file(mpnet_export), resolve_preset("avx512_vnni")
+    src, feeds, preset, pad_id = _calibrated(mpnet_export)
+    texts = TEXTS
     paths = {name: str(tmp_path / f"{name}.onnx") for name in ("old", "static", "smooth")}
-    ox.quantize_static_onnx(src, paths["old"], preset, feeds, pad_id=predictor.pad_id, quantize_outputs=True)
-    assert ox.quantize_static_onnx(src, paths["static"], preset, feeds, pad_id=predictor.pad_id) == {}
-    done = ox.quantize_static_onnx(src, paths["smooth"], preset, feeds, pad_id=predictor.pad_id,
+    ox.quantize_static_onnx(src, paths["old"], preset, feeds, pad_id=pad_id, quantize_outputs=True)
+    assert ox.quantize_static_onnx(src, paths["static"], preset, feeds, pad_id=pad_id) == {}
+    done = ox.quantize_static_onnx(src, paths["smooth"], preset, feeds, pad_id=pad_id,
                                    smoothquant_alpha=0.8)
     assert _quantised_outputs(paths["old"])                   # what ONNX Runtime's placement does
     assert _quantised_outputs(paths["static"]) == [] and _quantised_outputs(paths["smooth"]) == []
@@ -164,3 +173,63 @@ def test_skipped_optional_outputs_are_named_only_while_shapes_are_inferred():
         assert list(m.graph.node[0].output) == ["y", "", "inv"]
         assert not any(v.name.startswith(ox._SKIPPED) for v in m.graph.value_info)
     assert {v.name for v in typed.graph.value_info} >= {"y", "inv"}
+
+
+def _gather_graph(rows=1200, shared=False):
+    """ids [1, 5] gather rows of a [rows, 8] table; ``shared``: the table also feeds a MatMul."""
+    rng = np.random.default_rng(2)
+    table = rng.normal(size=(rows, 8)).astype(np.float32)
+    table[7] = 0.0                                            # an all-zero row keeps a usable scale
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"], name="word_embeddings")]
+    outputs = [helper.make_tensor_value_info("emb", TensorProto.FLOAT, None)]
+    if shared:
+        nodes.append(helper.make_node("MatMul", ["emb", "table_t"], ["tied"], name="tied"))
+        nodes.append(helper.make_node("Transpose", ["table"], ["table_t"], name="t"))
+        outputs.append(helper.make_tensor_value_info("tied", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 5])], outputs,
+                              [numpy_helper.from_array(table, "table")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), table
+
+
+@pytest.mark.unit
+def test_embedding_tables_are_stored_int8_one_scale_a_row_and_gathered_rows_stay_close(tmp_path):
+    model, table = _gather_graph()
+    done = ox.int8_embedding_tables(model)
+    assert [d["table"] for d in done] == ["table"] and done[0]["rows"] == 1200
+    stored = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    assert "table" not in stored and stored["table_int8"].dtype == np.int8 and stored["table_int8"].shape == (1200, 8)
+    path = str(tmp_path / "q.onnx")
+    onnx.save(model, path)
+    import onnxruntime as ort
+
+    ids = np.array([[0, 7, 5, 1199, 7]], dtype=np.int64)
+    got, = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"ids": ids})
+    assert got.shape == (1, 5, 8) and not got[0, 1].any()   # the zero row comes back zero
+    err = np.abs(got[0] - table[ids[0]])
+    assert (err <= np.abs(table[ids[0]]).max(axis=1, keepdims=True) / 254 + 1e-6).all()   # half a step a row
+    assert 0 < done[0]["max_abs_error"] <= np.abs(table).max() / 254 + 1e-6
+    # a table another node reads too (tied weights) and one of few rows (positions) stay FP32
+    for model, _ in (_gather_graph(shared=True), _gather_graph(rows=514)):
+        assert ox.int8_embedding_tables(model) == []
+        assert any(i.name == "table" for i in model.graph.initializer)
+
+
+@pytest.mark.integration
+def test_static_int8_stores_the_word_embeddings_int8_when_asked(mpnet_export, tmp_path):
+    from compressor.export.runtime import Predictor
+
+    src, feeds, preset, pad_id = _calibrated(mpnet_export)
+    texts = TEXTS
+    fp32_table, int8_table = str(tmp_path / "fp32-table.onnx"), str(tmp_path / "int8-table.onnx")
+    assert "embeddings_int8" not in ox.quantize_static_onnx(src, fp32_table, preset, feeds, pad_id=pad_id)
+    done = ox.quantize_static_onnx(src, int8_table, preset, feeds, pad_id=pad_id, embeddings_int8=True)
+    import json
+    import os
+
+    vocab = json.load(open(os.path.join(mpnet_export, "config.json")))["vocab_size"]
+    assert [d["rows"] for d in done["embeddings_int8"]] == [vocab]      # the word table; positions stay FP32
+
+    assert os.path.getsize(int8_table) < os.path.getsize(fp32_table) * 0.75
+    before = Predictor(mpnet_export, threads=1, model_file=fp32_table).logits(texts, batch_size=1)
+    after = Predictor(mpnet_export, threads=1, model_file=int8_table).logits(texts, batch_size=1)
+    assert np.isfinite(after).all() and np.abs(after - before).max() < 0.05 * max(1.0, np.abs(before).max())

@@ -148,6 +148,8 @@ def new_chain_plan(records: str, task: str, bracket_units: List[str], run: str =
                                      "recorded": quant["search"]["chosen"], "chosen": again}
             quant = {**quant, "search": {**quant["search"], "chosen": again}}
         plan["int8"] = int8_choice(quant)
+        if plan["int8"]["method"] == "static":   # since the static graph stores its word table INT8 (a
+            plan["word_embeddings"] = "int8"      # graph built before is built again, not reused)
         plan["int8_from"] = os.path.join(folder, quant_dir, "record.json")
         plan["int8_preset_on_gpu"] = (quant.get("preset") or {}).get("name")
     else:

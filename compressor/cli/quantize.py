@@ -54,6 +54,8 @@ _HELP = {
     "smoothquant_alpha": "inc, onnxruntime static/auto: apply SmoothQuant with this alpha before static "
                          "INT8 (0: off; onnxruntime's default 0.8, inc's 0).",
     "optimize": "onnxruntime: apply ORT's BERT fusions before quantising (export folders have them).",
+    "embeddings_int8": "onnxruntime static/auto: store the word-embedding table INT8 (one scale per row), "
+                       "as dynamic INT8 does; --no-embeddings-int8 keeps it FP32.",
     "distill_alpha": "qat: weight of the teacher's soft targets (0: labels only).",
     "teacher": "qat: the soft targets' teacher: input (the FP32 model as given) or a folder with its tokenizer.",
 }
@@ -98,6 +100,9 @@ def _options(fn):
         elif typing.get_origin(hint) is typing.Union and bool in args:
             fn = click.option(f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=None,
                               help=f"Override the preset ({f.name.replace('_', ' ')}).")(fn)
+        elif hint is bool and f.default is True:   # on unless turned off
+            fn = click.option(f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=True, show_default=True,
+                              help=helps.get(f.name))(fn)
         elif hint is bool:
             fn = click.option(flag, f.name, is_flag=True, default=f.default, help=helps.get(f.name))(fn)
         else:

@@ -332,7 +332,7 @@ def quantize_static_onnx(src: str, dst: str, preset: HardwarePreset, feeds: List
                          nodes_to_exclude: Optional[Sequence[str]] = None,
                          op_types: Sequence[str] = ("MatMul", "Gemm"), optimize: bool = False,
                          pad_id: int = 0, smoothquant_alpha: float = 0.0,
-                         quantize_outputs: bool = False) -> dict:
+                         quantize_outputs: bool = False, embeddings_int8: bool = False) -> dict:
     """QDQ INT8 with activation ranges fixed beforehand from calibration rows.
 
     Only matrix products are quantised by default: quantising LayerNorm,
@@ -345,7 +345,9 @@ def quantize_static_onnx(src: str, dst: str, preset: HardwarePreset, feeds: List
     agreed with FP32 on 62-81% of rows). ``smoothquant_alpha`` > 0 first moves
     the activations' outlier channels into the weights (``smooth_matmul_inputs``).
     ``quantize_outputs`` restores ONNX Runtime's placement (for comparison only).
-    Returns what was done (``{"smoothed": ...}`` when smoothing ran).
+    ``embeddings_int8`` then stores the word-embedding table as INT8 (``int8_embedding_tables``),
+    as dynamic INT8 does: otherwise the table stays FP32 and is most of a small model's file.
+    Returns what was done (``{"smoothed": ...}`` when smoothing ran, ``{"embeddings_int8": ...}``).
     """
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -393,6 +395,64 @@ def quantize_static_onnx(src: str, dst: str, preset: HardwarePreset, feeds: List
                             calibrate_method=calibrate, extra_options=extra)
         finally:
             os.chdir(cwd)
+    if embeddings_int8:
+        import onnx
+
+        quantized = onnx.load(dst)
+        tables = int8_embedding_tables(quantized, set(nodes_to_exclude or ()))
+        if tables:
+            onnx.save(quantized, dst)
+            done["embeddings_int8"] = tables
+    return done
+
+
+def int8_embedding_tables(model, exclude: set = frozenset(), min_rows: int = 1000) -> List[dict]:
+    """Weight-only INT8 of the graph's embedding tables, in place: each ``Gather`` (not in
+    ``exclude``) whose data is a 2-D FP32 initializer of at least ``min_rows`` rows, used by no
+    other node, gathers from an INT8 copy instead (symmetric, one scale per row: ``max|row| / 127``)
+    and multiplies the gathered rows by their scales (gathered with the same indices). The
+    activations stay FP32; only the table's storage and its rounding change (word embeddings:
+    4x smaller; the position tables of a few hundred rows are left as they are). Returns one
+    record per table: its name, rows and the largest absolute rounding error."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    inits = {i.name: i for i in graph.initializer}
+    uses: Dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
+    done, nodes = [], []
+    for node in graph.node:
+        table = inits.get(node.input[0]) if node.op_type == "Gather" and node.name not in exclude else None
+        if table is None or len(table.dims) != 2 or table.dims[0] < min_rows or uses[table.name] != 1 \
+                or table.data_type != TensorProto.FLOAT or any(a.name == "axis" and a.i != 0 for a in node.attribute):
+            nodes.append(node)
+            continue
+        weights = numpy_helper.to_array(table).astype(np.float32)
+        scale = np.abs(weights).max(axis=1) / 127.0
+        scale[scale == 0] = 1.0
+        q = np.clip(np.round(weights / scale[:, None]), -127, 127).astype(np.int8)
+        base = table.name
+        graph.initializer.remove(table)
+        graph.initializer.extend([numpy_helper.from_array(q, base + "_int8"),
+                                  numpy_helper.from_array(scale.astype(np.float32), base + "_scale"),
+                                  numpy_helper.from_array(np.array([-1], dtype=np.int64), base + "_last_axis")])
+        ids, out, name = node.input[1], node.output[0], node.name or base
+        nodes += [helper.make_node("Gather", [base + "_int8", ids], [out + "_int8"], name=name + "_int8"),
+                  helper.make_node("Cast", [out + "_int8"], [out + "_float"], name=name + "_cast", to=TensorProto.FLOAT),
+                  helper.make_node("Gather", [base + "_scale", ids], [out + "_rowscale"], name=name + "_scale"),
+                  helper.make_node("Unsqueeze", [out + "_rowscale", base + "_last_axis"], [out + "_rowscale2"],
+                                   name=name + "_unsqueeze") if opset >= 13 else
+                  helper.make_node("Unsqueeze", [out + "_rowscale"], [out + "_rowscale2"], name=name + "_unsqueeze",
+                                   axes=[-1]),
+                  helper.make_node("Mul", [out + "_float", out + "_rowscale2"], [out], name=name + "_dequantize")]
+        done.append({"table": base, "rows": int(weights.shape[0]),
+                     "max_abs_error": round(float(np.abs(q * scale[:, None] - weights).max()), 6)})
+    if done:
+        del graph.node[:]
+        graph.node.extend(nodes)
     return done
 
 

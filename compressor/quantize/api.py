@@ -215,10 +215,11 @@ def ort_static(job: QuantizeJob, config: OrtStaticConfig) -> dict:
                                      config.seed)
         quant.update(calibration=config.calibration, calibration_samples=len(feeds),
                      percentile=config.percentile if config.calibration == "percentile" else None,
-                     smoothquant_alpha=config.smoothquant_alpha or None)
+                     smoothquant_alpha=config.smoothquant_alpha or None, embeddings_int8=config.embeddings_int8)
         return lambda path: ox.quantize_static_onnx(
             src, path, config.hardware(), feeds, config.calibration, config.percentile, config.exclude,
-            optimize=config.optimize, pad_id=predictor.pad_id, smoothquant_alpha=config.smoothquant_alpha)
+            optimize=config.optimize, pad_id=predictor.pad_id, smoothquant_alpha=config.smoothquant_alpha,
+            embeddings_int8=config.embeddings_int8)
     return _onnx(job, config, writer)
 
 
@@ -400,7 +401,8 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
         feeds = ox.calibration_feeds(predictor, train_set.examples, config.calibration_samples, config.seed)
         path = os.path.join(work, "auto-static.onnx")
         ox.quantize_static_onnx(src, path, preset, feeds, config.calibration, config.percentile,
-                                pad_id=predictor.pad_id, smoothquant_alpha=config.smoothquant_alpha)
+                                pad_id=predictor.pad_id, smoothquant_alpha=config.smoothquant_alpha,
+                                embeddings_int8=config.embeddings_int8)
         return path
 
     verdicts = {}   # graph path -> whether it met the criterion

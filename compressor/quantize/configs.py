@@ -129,6 +129,9 @@ class CalibrationSettings:
     # their weight rows multiplied by it; 0: off). 0.8 kept MPNet-base's and MiniLM's layer outputs at
     # cosine 0.993-0.998 with FP32's where 0 gave 0.83-0.99 and 0.5 less (docs/quantisation.md)
     smoothquant_alpha: float = setting(0.8, check=share)
+    # the word-embedding table stored INT8 (one scale per row; the gathered rows stay FP32), as dynamic
+    # INT8 stores it: left FP32 it was 94 of the 117 MB of the accuracy-first chain's static graph
+    embeddings_int8: bool = True
 
 
 @dataclass
