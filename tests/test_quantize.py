@@ -147,6 +147,13 @@ def test_onnx_static_int8_calibrates_on_training_rows(tiny, data, tmp_path, meth
     assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
     assert record["config"]["calibration"] == method
     assert_close(onnx_out(out, tiny, data), fp32_logits(tiny, data), tolerance=0.2)
+    # the word table a Gather reads is stored INT8 (embeddings_int8, the default) and the manifest
+    # says so; a table onnxruntime fused into EmbedLayerNormalization (BERT's graphs) stays FP32
+    manifest = json.load(open(os.path.join(out, "manifest.json")))["quantization"]
+    vocab = json.load(open(os.path.join(tiny["ckpt"], "config.json")))["vocab_size"]
+    assert manifest["embeddings_int8"] is True
+    fused = "EmbedLayerNormalization" in ops
+    assert [t["rows"] for t in manifest.get("int8_tables", [])] == ([] if fused else [vocab])
 
 
 def test_onnx_fp16(tiny, data, tmp_path):

@@ -216,10 +216,14 @@ def ort_static(job: QuantizeJob, config: OrtStaticConfig) -> dict:
         quant.update(calibration=config.calibration, calibration_samples=len(feeds),
                      percentile=config.percentile if config.calibration == "percentile" else None,
                      smoothquant_alpha=config.smoothquant_alpha or None, embeddings_int8=config.embeddings_int8)
-        return lambda path: ox.quantize_static_onnx(
-            src, path, config.hardware(), feeds, config.calibration, config.percentile, config.exclude,
-            optimize=config.optimize, pad_id=predictor.pad_id, smoothquant_alpha=config.smoothquant_alpha,
-            embeddings_int8=config.embeddings_int8)
+        def write(path):
+            done = ox.quantize_static_onnx(
+                src, path, config.hardware(), feeds, config.calibration, config.percentile, config.exclude,
+                optimize=config.optimize, pad_id=predictor.pad_id, smoothquant_alpha=config.smoothquant_alpha,
+                embeddings_int8=config.embeddings_int8)
+            if done.get("embeddings_int8"):   # which tables, and their largest rounding error
+                quant["int8_tables"] = done["embeddings_int8"]
+        return write
     return _onnx(job, config, writer)
 
 
