@@ -29,7 +29,7 @@ import numpy as np
 def main(argv=None) -> dict:
     from compressor.core.data import get_task
     from compressor.core.data.readers import load_split
-    from compressor.core.io import write_text
+    from compressor.core.results import row, write_results
     from compressor.core.metrics import compute_metrics
     from compressor.export.onnx import example_texts
     from compressor.export.runtime import Predictor
@@ -47,25 +47,30 @@ def main(argv=None) -> dict:
     dev = load_split(task, "dev", args.data_dir, limit=args.limit)
     texts = example_texts(dev.examples)
     labels = [ex.label for ex in dev.examples]
-    out = {"command": "python -m bench.experiments.static_embeddings_agreement " + " ".join(argv or sys.argv[1:]),
-           "task": task.name, "rows": len(texts), "graphs": {}}
-    logits = {}
+    command = "python -m bench.experiments.static_embeddings_agreement " + " ".join(argv or sys.argv[1:])
+    logits, scores, sizes = {}, {}, {}
     graphs = (("table-fp32", args.fp32_table), ("table-int8", args.int8_table))
     for name, folder in graphs + ((("fp32", args.fp32),) if args.fp32 else ()):
         logits[name] = Predictor(folder, threads=1).logits(texts, batch_size=1)
         preds = logits[name][:, 0] if task.is_regression else logits[name].argmax(-1)
-        metrics = compute_metrics(task, preds, labels)
-        out["graphs"][name] = {"folder": folder, "size_bytes": os.path.getsize(os.path.join(folder, "model.onnx")),
-                               "metrics": {k: round(float(v), 6) for k, v in metrics.items()}}
+        scores[name] = compute_metrics(task, preds, labels)
+        sizes[name] = os.path.getsize(os.path.join(folder, "model.onnx"))
     a, b = logits["table-fp32"], logits["table-int8"]
-    out["max_abs_logit_difference"] = round(float(np.abs(a - b).max()), 6)
+    between = {"max_abs_logit_difference": round(float(np.abs(a - b).max()), 6)}
     if not task.is_regression:
-        out["rows_changing_label"] = int((a.argmax(-1) != b.argmax(-1)).sum())
-        if args.fp32:
-            ref = logits["fp32"].argmax(-1)
-            out["rows_changing_label_against_fp32"] = {name: int((logits[name].argmax(-1) != ref).sum())
-                                                       for name, _ in graphs}
-    write_text(args.out, json.dumps(out, indent=1) + "\n")
+        between["rows_changing_label"] = int((a.argmax(-1) != b.argmax(-1)).sum())
+    reference = scores.get("fp32")
+    rows = []
+    for name, folder in graphs + ((("fp32", args.fp32),) if args.fp32 else ()):
+        extra = {"folder": folder, "metrics": {k: round(float(v), 6) for k, v in scores[name].items()}}
+        if args.fp32 and not task.is_regression and name != "fp32":
+            extra["rows_changing_label_against_fp32"] = int((logits[name].argmax(-1) != logits["fp32"].argmax(-1)).sum())
+        main_score = float(np.mean(list(scores[name].values()))) * 100
+        rows.append(row(name, task.name, "+".join(scores[name]), round(main_score, 4),
+                        round(float(np.mean(list(reference.values()))) * 100, 4) if reference else None,
+                        size_bytes=sizes[name], engine="onnxruntime", extra=extra))
+    write_results(args.out, rows, command=command, rows_compared=len(texts), between_static_graphs=between)
+    out = {"rows": rows, "between_static_graphs": between}
     print(json.dumps(out, indent=1))
     return out
 
