@@ -406,6 +406,15 @@ def quantize_static_onnx(src: str, dst: str, preset: HardwarePreset, feeds: List
     return done
 
 
+def _consumer_counts(graph) -> Dict[str, int]:
+    """How many node inputs read each tensor: an initializer read once can be rewritten in place."""
+    uses: Dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
+    return uses
+
+
 def int8_embedding_tables(model, exclude: set = frozenset(), min_rows: int = 1000) -> List[dict]:
     """Weight-only INT8 of the graph's embedding tables, in place: each ``Gather`` (not in
     ``exclude``) whose data is a 2-D FP32 initializer of at least ``min_rows`` rows, used by no
@@ -419,10 +428,7 @@ def int8_embedding_tables(model, exclude: set = frozenset(), min_rows: int = 100
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     inits = {i.name: i for i in graph.initializer}
-    uses: Dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            uses[name] = uses.get(name, 0) + 1
+    uses = _consumer_counts(graph)
     done, nodes = [], []
     for node in graph.node:
         table = inits.get(node.input[0]) if node.op_type == "Gather" and node.name not in exclude else None
@@ -497,10 +503,7 @@ def smooth_matmul_inputs(model, feeds: List[Dict[str, np.ndarray]], alpha: float
 
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
-    uses: Dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            uses[name] = uses.get(name, 0) + 1
+    uses = _consumer_counts(graph)
     groups: "OrderedDict[str, list]" = OrderedDict()
     for node in graph.node:
         if node.op_type == "MatMul" and node.name not in exclude and node.input[0] not in inits \

@@ -231,12 +231,14 @@ def choice_table(search: dict, metric: str) -> str:
         return (f"{t['score']:.2f} | {t['drop']:+.2f} | {t['drop_bound']:+.2f} | {t['agreement']:.4f} | {flips} "
                 f"| {t['divergence']:.6f}")
     mixed = search.get("mixed")
-    steps = [("Mixed precision, units returned to FP32 in order:", (mixed or {}).get("tried", []))]
+    steps = []
     if mixed and mixed.get("refined_from"):
         steps = [("Mixed precision, whole layers returned to FP32 in order:", mixed["refined_from"]["tried"]),
                  ("Then, inside those layers, single products returned to FP32 in order (every other "
                   "product INT8):", mixed["tried"])]
-    for title, tried in steps if mixed else []:
+    elif mixed:
+        steps = [("Mixed precision, units returned to FP32 in order:", mixed.get("tried", []))]
+    for title, tried in steps:
         lines += [title, "", f"| FP32 units {head} meets |", "|---" + rule + "---|"]
         for t in tried:
             lines.append(f"| {', '.join(t['fp32_units']) or 'none'} | {cells(t)} | "
