@@ -7,7 +7,8 @@
 #   held_out_teacher GPU TASK          fine-tune WORK/TASK-holdout (glue5_tasks.sh's settings) once
 #   recipe_copy SRC NAME [VARIANT]     WORK/recipes/NAME.yaml: SRC with the session's paths (gpu_recipes.py)
 #   start_run GPU TASK RECIPE RUN [TEACHER]  compressor run in the background into WORK/RUN (teacher:
-#                                      WORK/TASK-holdout unless given); its pid in $!
+#                                      WORK/TASK-holdout unless given); its pid in $!; a run that ran
+#                                      out of GPU memory resumes after OOM_WAIT s (OOM_TRIES in all)
 #   bring_back RUN                     every stage's small JSON and markdown files into OUT/RUN
 #   wait_for FOLDER PID                until FOLDER/record.json exists or PID has ended (1: it ended first)
 #   seed_run PARENT STAGE RUN          WORK/RUN starts with WORK/PARENT's stage folders up to STAGE
@@ -25,6 +26,7 @@ lanes_setup() {
   PRECISION=bf16; [ "$DEVICE" = cpu ] && PRECISION=fp32
   THREADS=${THREADS:-$(( $(nproc) / PROCS > 1 ? $(nproc) / PROCS : 1 ))}
   export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+  export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}   # less fragmentation, 20 runs a GPU
   export COMPRESSOR_SCORE_CACHE=$WORK/scores   # each teacher scored on dev once, not once per run
   if [ "${DETERMINISTIC:-0}" = 1 ]; then export COMPRESSOR_DETERMINISTIC=1 CUBLAS_WORKSPACE_CONFIG=:4096:8; fi
   mkdir -p "$WORK/recipes" "$OUT/logs"
@@ -76,7 +78,18 @@ start_run() {  # gpu task recipe run [teacher]: the process's pid is in $!
   local C=(python3 -m compressor run "$recipe" --task $task --teacher "$teacher"
      --data-dir "$GLUE" --device "$DEVICE" --out "$WORK/$run")
   log "CUDA_VISIBLE_DEVICES=$gpu ${C[*]}"
-  CUDA_VISIBLE_DEVICES=$gpu "${C[@]}" > "$OUT/logs/$run.log" 2>&1 &
+  # Many runs share a GPU: one that runs out of its memory is started again after a pause (up to
+  # OOM_TRIES in all), and the runner resumes it from its last finished stage. Other failures stand.
+  local logf=$OUT/logs/$run.log
+  : > "$logf"
+  ( for try in $(seq 1 "${OOM_TRIES:-3}"); do
+      from=$(( $(wc -l < "$logf") + 1 ))
+      CUDA_VISIBLE_DEVICES=$gpu "${C[@]}" >> "$logf" 2>&1 && exit 0
+      tail -n +$from "$logf" | grep -q -e "OutOfMemoryError" -e "CUDA out of memory" || exit 1
+      [ "$try" -lt "${OOM_TRIES:-3}" ] || exit 1
+      echo "[gpu_lanes] $run ran out of GPU memory (try $try): resuming in ${OOM_WAIT:-60} s" >> "$logf"
+      sleep "${OOM_WAIT:-60}"
+    done ) &
 }
 
 bring_back() {  # run-folder name: every stage's small JSON and markdown files, without weights
