@@ -119,3 +119,41 @@ def test_latencies_of_real_graphs_are_interleaved_per_feed_block(export_dir):
     graph = f"{export_dir}/model.onnx"
     measured = sens.latencies_ms(export_dir, {"x": graph, "y": graph}, feeds, block=5, rounds=2)
     assert set(measured) == {"x", "y"} and all(np.isfinite(v) and v > 0 for v in measured.values())
+
+
+@pytest.mark.unit
+def test_a_graph_with_more_fp32_units_wins_only_by_the_margin():
+    """run 6's MRPC: a mixed graph with a layer FP32 timed 0.3% faster than static INT8 on the
+    loaded search machine; within the margin the all-INT8 graph is kept, beyond it the faster."""
+    assert sens.fp32_unit_count("static-int8") == 0 and sens.fp32_unit_count("mixed (1 FP32 units)") == 1
+    assert sens.fp32_unit_count("mixed (0 FP32 units)") == 0 and sens.fp32_unit_count("fp32") == float("inf")
+    fit = [{"name": "static-int8", "latency_ms": 26.793}, {"name": "mixed (1 FP32 units)", "latency_ms": 26.698},
+           {"name": "fp32", "latency_ms": 20.0}]
+    assert sens.fastest_within(fit, 0.0)["name"] == "fp32"              # no margin: the fastest
+    assert sens.fastest_within(fit[:2], 0.0)["name"] == "mixed (1 FP32 units)"
+    assert sens.fastest_within(fit[:2], 0.1)["name"] == "static-int8"   # 0.4% is within 10%
+    assert sens.fastest_within(fit, 0.1)["name"] == "fp32"              # 25% faster is beyond it
+    # between graphs with as many FP32 units, the faster one, whatever the margin
+    both = [{"name": "static-int8", "latency_ms": 6.2}, {"name": "dynamic-int8", "latency_ms": 6.0}]
+    assert sens.fastest_within(both, 0.1)["name"] == "dynamic-int8"
+    assert sens.fastest_within([], 0.1) is None
+    # accuracy_aware passes it on
+    paths = {"static-int8": "s.onnx", "mixed (1 FP32 units)": "m.onnx"}
+    times = {"s.onnx": 26.793, "m.onnx": 26.698}
+    cands = [(name, lambda p=p: p) for name, p in paths.items()]
+    kw = dict(judge_fn=lambda p: {"meets": True},
+              latencies_fn=lambda named: {n: times[p] for n, p in named.items()})
+    assert sens.accuracy_aware(cands, **kw)["chosen"] == "mixed (1 FP32 units)"
+    assert sens.accuracy_aware(cands, latency_margin=0.1, **kw)["chosen"] == "static-int8"
+
+
+@pytest.mark.unit
+def test_rejudge_applies_the_margin_to_recorded_verdicts():
+    from bench.experiments.int8_rejudge import rejudge
+    tried = [{"name": "static-int8", "score": 86.71, "drop": 0.22, "agreement": 0.9875, "latency_ms": 26.793},
+             {"name": "dynamic-int8", "score": 86.51, "drop": 0.43, "agreement": 0.99, "latency_ms": 24.863},
+             {"name": "mixed (1 FP32 units)", "score": 87.37, "drop": -0.43, "agreement": 0.99, "latency_ms": 26.698},
+             {"name": "fp32", "score": 86.94, "drop": 0.0, "agreement": 1.0, "latency_ms": 62.518}]
+    assert rejudge(tried, 0.3, 0.98)["chosen"] == "mixed (1 FP32 units)"      # as the run chose
+    assert rejudge(tried, 0.3, 0.98, 0.1)["chosen"] == "static-int8"
+    assert rejudge(tried, 0.3, 0.99, 0.1)["chosen"] == "mixed (1 FP32 units)"  # static under the floor

@@ -118,7 +118,7 @@ def widened(pruning: dict, heads: float, ffn: float) -> dict:
 def new_chain_plan(records: str, task: str, bracket_units: List[str], run: str = "chain",
                    criterion: Optional[tuple] = None, widen: Optional[tuple] = None) -> dict:
     """The accuracy-first chain's shape and INT8 choice for ``task`` from its GPU run's records
-    (``{records}/{task}-{run}/``); with ``criterion`` (max_drop, min_agreement), the choice those
+    (``{records}/{task}-{run}/``); with ``criterion`` (max_drop, min_agreement[, latency_margin]), the choice those
     records' verdicts give under it (``int8_rejudge``) instead of the one they made; with ``widen``
     (heads, ffn), the recorded shape widened by those factors (:func:`widened`)."""
     folder = os.path.join(records, f"{task}-{run}")
@@ -145,6 +145,7 @@ def new_chain_plan(records: str, task: str, bracket_units: List[str], run: str =
             from bench.experiments.int8_rejudge import rejudge
             again = rejudge(quant["search"]["tried"], *criterion)["chosen"]
             plan["int8_rejudged"] = {"max_drop": criterion[0], "min_agreement": criterion[1],
+                                     **({"latency_margin": criterion[2]} if len(criterion) > 2 else {}),
                                      "recorded": quant["search"]["chosen"], "chosen": again}
             quant = {**quant, "search": {**quant["search"], "chosen": again}}
         plan["int8"] = int8_choice(quant)
@@ -382,15 +383,16 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pair(text: Optional[str], flag: str, want: str, least: float) -> Optional[tuple]:
-    """``A,B`` as two numbers of at least ``least``; None when the flag was not given."""
+def _pair(text: Optional[str], flag: str, want: str, least: float, sizes=(2,)) -> Optional[tuple]:
+    """``A,B`` (or as many numbers as ``sizes`` allows) of at least ``least``; None when the flag
+    was not given."""
     if not text:
         return None
     try:
         pair = tuple(float(v) for v in text.split(","))
     except ValueError:
         pair = ()
-    if len(pair) != 2 or min(pair) < least:
+    if len(pair) not in sizes or min(pair) < least:
         raise SystemExit(f"{flag} {text!r}: give {want}")
     return pair
 
@@ -416,7 +418,7 @@ def main(argv=None) -> dict:
                     help="the chain's run folder in --records: {task}-RUN (e.g. task2-b256)")
     ap.add_argument("--add", action="append", default=[], metavar="TASK:NAME=FOLDER",
                     help="also time this graph folder (trained weights) in TASK's run, as NAME; repeatable")
-    ap.add_argument("--rejudge", metavar="MAX_DROP,MIN_AGREEMENT",
+    ap.add_argument("--rejudge", metavar="MAX_DROP,MIN_AGREEMENT[,LATENCY_MARGIN]",
                     help="time the INT8 choice the records' verdicts give under this criterion "
                          "(bench.experiments.int8_rejudge), not the one they made")
     ap.add_argument("--widen", metavar="HEADS,FFN",
@@ -444,7 +446,8 @@ def main(argv=None) -> dict:
         added.setdefault(task, {})[name] = folder
     command = "python -m bench.experiments.chain_latency_same_shape " + " ".join(
         a if not os.path.isabs(a) or a.startswith("/tmp/") else "PATH" for a in (argv or sys.argv[1:]))
-    criterion = _pair(args.rejudge, "--rejudge", "MAX_DROP,MIN_AGREEMENT, e.g. 0.3,0.98", 0)
+    criterion = _pair(args.rejudge, "--rejudge", "MAX_DROP,MIN_AGREEMENT[,LATENCY_MARGIN], e.g. 0.3,0.98,0.1",
+                      0, sizes=(2, 3))
     widen = _pair(args.widen, "--widen", "HEADS,FFN factors above 0, e.g. 1,1.2", 1e-9)
     bracket = bracket_units(args.records, run=args.run_name)
     plans = {t: {"chain": new_chain_plan(args.records, t, bracket, args.run_name, criterion, widen),

@@ -22,8 +22,12 @@ from bench.experiments.jsonfiles import last_stage, read_or_none
 from compressor.core.io import write_json
 
 
-def rejudge(tried: list, max_drop: float, min_agreement: float) -> dict:
-    """The fastest of ``tried`` within ``max_drop`` and ``min_agreement`` (FP32 always meets)."""
+def rejudge(tried: list, max_drop: float, min_agreement: float, latency_margin: float = 0.0) -> dict:
+    """The fastest of ``tried`` within ``max_drop`` and ``min_agreement`` (FP32 always meets); with
+    ``latency_margin``, the one with the fewest FP32 units within that share of the fastest
+    (``sensitivity.fastest_within``, as ``quantize`` method ``auto`` chooses since it has one)."""
+    from compressor.quantize.sensitivity import fastest_within
+
     verdicts = []
     for cand in tried:
         why = []
@@ -35,7 +39,7 @@ def rejudge(tried: list, max_drop: float, min_agreement: float) -> dict:
                          "agreement": cand["agreement"], "latency_ms": cand.get("latency_ms"),
                          "meets": not why or cand["name"] == "fp32", **({"why_not": "; ".join(why)} if why else {})})
     passed = [v for v in verdicts if v["meets"]]
-    chosen = min(passed, key=lambda v: v["latency_ms"] if v["latency_ms"] is not None else float("inf"))
+    chosen = fastest_within(passed, latency_margin)
     return {"chosen": chosen["name"], "verdicts": verdicts}
 
 
@@ -46,6 +50,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tasks", default="cola,mrpc,rte")
     parser.add_argument("--max-drop", type=float, required=True)
     parser.add_argument("--min-agreement", type=float, required=True)
+    parser.add_argument("--latency-margin", type=float, default=0.0,
+                        help="fewer FP32 units first within this share of the fastest (auto's latency_margin); "
+                             "0: the fastest, as auto chose before it had one")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     rows = {}
@@ -58,9 +65,10 @@ def main(argv=None) -> int:
             print(f"{run}: no quantize record with the candidates it tried", file=sys.stderr)
             return 1
         rows[task] = {"recorded": record["search"]["chosen"], "recorded_criterion": record["search"]["criterion"],
-                      **rejudge(tried, args.max_drop, args.min_agreement)}
+                      **rejudge(tried, args.max_drop, args.min_agreement, args.latency_margin)}
     out = {"command": "python -m bench.experiments.int8_rejudge " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "criterion": {"max_drop": args.max_drop, "min_agreement": args.min_agreement, "confidence": 0},
+           "criterion": {"max_drop": args.max_drop, "min_agreement": args.min_agreement, "confidence": 0,
+                         "latency_margin": args.latency_margin},
            "tasks": rows}
     write_json(args.out, out)
     for task, row in rows.items():

@@ -36,6 +36,8 @@ _HELP = {
                   "of the search rows (0: the measured drop alone).",
     "candidates": "auto: what it tries (repeatable): static, dynamic, dynamic_per_tensor, qat, mixed, fp32 "
                   "(qat: trained only when no post-training INT8 graph meets the criterion).",
+    "latency_margin": "auto: a candidate with more products FP32 is kept only when faster by more than this "
+                      "share (within it: all-INT8, then mixed, then FP32).",
     "qat_distill_alpha": "auto's qat candidate: weight of the teacher's soft targets (0: labels only).",
     "qat_temperature": "auto's qat candidate: the soft targets' temperature.",
     "qat_teacher": "auto's qat candidate: the soft targets' teacher: input (the FP32 model behind the export), "

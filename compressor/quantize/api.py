@@ -450,8 +450,10 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
     order = sorted(wanted, key=lambda name: name == "qat")
     choice = sens.accuracy_aware(
         [named(*builders[name]) for name in order], judge_fn=judge,
-        latencies_fn=lambda paths: sens.latencies_ms(src_folder, paths, timing, threads=1))
+        latencies_fn=lambda paths: sens.latencies_ms(src_folder, paths, timing, threads=1),
+        latency_margin=config.latency_margin)
     result.update(tried=[{k: v for k, v in t.items() if k != "path"} for t in choice["tried"]],
+                  latency_margin=config.latency_margin,
                   latency={"rows": len(timing), "batch_size": 1, "threads": 1,
                            "timing": "candidates interleaved: each in turn, 10 rows a turn, the order rotating "
                                      "(sensitivity.latencies_ms); latency_ms is each one's median"})

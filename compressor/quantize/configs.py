@@ -240,6 +240,9 @@ class OrtAutoConfig(HardwareSettings, SearchSettings, CalibrationSettings, OrtQu
     qat_distill_alpha: float = setting(0.5, check=share)   # weight of the teacher's soft targets; 0: labels only
     qat_temperature: float = setting(2.0, check=positive)
     qat_teacher: str = teacher_setting()   # the soft targets' teacher: input (the FP32 model), recipe or a folder
+    # candidates within this share of the fastest count as fast as it, and of those the one with the
+    # fewest FP32 units is kept: keeping a layer FP32 has to buy a measured speed-up, not timing noise
+    latency_margin: float = setting(0.1, check=not_negative)
     uses_train: ClassVar[bool] = True
     needs_dev: ClassVar[bool] = True
 

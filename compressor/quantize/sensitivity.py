@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sys
 import os
+import re
 import time
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Sequence
@@ -245,7 +246,10 @@ def choice_table(search: dict, metric: str) -> str:
                          f"{'yes' if t['meets'] else 'no: ' + t.get('why_not', '')} |")
         lines.append("")
     if search.get("tried"):
-        lines += [f"Candidates (chosen: **{search['chosen']}**, the fastest that meets):", "",
+        margin = search.get("latency_margin")
+        rule_text = (f"the fastest that meets, fewer FP32 units first within {margin:.0%} of it" if margin
+                     else "the fastest that meets")
+        lines += [f"Candidates (chosen: **{search['chosen']}**, {rule_text}):", "",
                   f"| candidate {head} latency ms | meets |", "|---" + rule + "---:|---|"]
         for t in search["tried"]:
             if "score" not in t:   # not built (the quantiser refused the graph)
@@ -382,11 +386,38 @@ def latencies_ms(folder: str, paths: Dict[str, str], feeds: Sequence[dict], thre
     return {name: float(np.median(t) * 1000) for name, t in times.items()}
 
 
+def fp32_unit_count(name: str) -> float:
+    """How much of a candidate stays FP32, from its name: none for an INT8 graph, k for
+    ``mixed (k FP32 units)``, everything (infinity) for ``fp32``."""
+    if name == "fp32":
+        return float("inf")
+    found = re.match(r"mixed \((\d+) FP32 units?\)", name)
+    return float(found.group(1)) if found else 0.0
+
+
+def fastest_within(fit: Sequence[dict], latency_margin: float = 0.0) -> Optional[dict]:
+    """The candidate kept among those that meet the criterion (each with ``name`` and
+    ``latency_ms``): the one with the fewest FP32 units among those within ``latency_margin`` (a
+    share) of the fastest, the fastest of them on a tie. A graph that keeps more products FP32
+    then wins only by being measurably faster: on a loaded search machine a mixed graph with a
+    layer FP32 once timed 0.3% faster than all-INT8, and 1.22x slower on the serving CPU
+    (bench/results/accuracy-ablation-h200x1-run6/, MRPC)."""
+    if not fit:
+        return None
+    def ms(t):
+        return t["latency_ms"] if t.get("latency_ms") is not None else float("inf")
+    fastest = min(ms(t) for t in fit)
+    near = [t for t in fit if ms(t) <= fastest * (1 + latency_margin)]
+    return min(near, key=lambda t: (fp32_unit_count(t["name"]), ms(t)))
+
+
 def accuracy_aware(candidates: Sequence[tuple], judge_fn: Callable[[str], dict],
                    latency_fn: Optional[Callable[[str], float]] = None,
-                   latencies_fn: Optional[Callable[[Dict[str, str]], Dict[str, float]]] = None) -> dict:
+                   latencies_fn: Optional[Callable[[Dict[str, str]], Dict[str, float]]] = None,
+                   latency_margin: float = 0.0) -> dict:
     """Try ``(name, build)`` candidates; keep the fastest that ``judge_fn(path)`` says meets the
-    criterion (``Criterion.judge`` of the graph's outputs: ``{"meets": ..., ...}``).
+    criterion (``Criterion.judge`` of the graph's outputs: ``{"meets": ..., ...}``), where a
+    candidate with fewer FP32 units within ``latency_margin`` of it counts as fast (``fastest_within``).
 
     ``build()`` writes a model and returns its path (or None when it cannot
     be built). Every candidate is judged and timed, so the record shows what
@@ -416,7 +447,7 @@ def accuracy_aware(candidates: Sequence[tuple], judge_fn: Callable[[str], dict],
         for t in tried:
             t["latency_ms"] = round(measured[t["name"]], 3)
     fit = [t for t in tried if t["meets"]]
-    chosen = min(fit, key=lambda t: t["latency_ms"]) if fit else None
+    chosen = fastest_within(fit, latency_margin)
     return {"chosen": chosen["name"] if chosen else None, "path": chosen["path"] if chosen else None,
             "tried": tried + failed}
 
