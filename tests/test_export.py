@@ -72,6 +72,10 @@ def test_every_architecture_exports_with_dynamic_axes_and_parity(arch, checkpoin
     assert parity["identical_predictions"] >= 0.995 and parity["max_abs_logit_diff"] < 1e-4
     fusions = manifest["optimization"]["fusions"]
     assert fusions.get("SkipLayerNormalization", 0) >= 2
+    # ... then written back as Add + LayerNormalization, the CPU's faster form (parity above holds for it)
+    split = manifest["optimization"]["skip_layernorm_split"]["nodes"]
+    ops = [n.op_type for n in onnx.load(os.path.join(out, "model.onnx")).graph.node]
+    assert split == fusions["SkipLayerNormalization"] and "SkipLayerNormalization" not in ops
     # onnxruntime fuses Attention; MPNet's relative position bias needs the toolkit's own
     # MultiHeadAttention fusion (export/mpnet_fusion.py)
     assert ("Attention" in fusions) == (arch != "mpnet")
@@ -196,3 +200,62 @@ def test_predictors_of_one_folder_share_its_parsed_tokenizer_at_one_length(tmp_p
     assert a.padding is None
     path.write_text(path.read_text() + "\n")   # changed on disk: parsed again
     assert _tokenizer(str(path), 64) is not a
+
+
+def _skip_layernorm_graph(hidden=16, with_bias=True, read_sum=False, opset=17, seq=None):
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32), name)
+             for name in ("gamma", "beta", "bias")]
+    io = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, seq, hidden]) for name in ("x", "s", "y")]
+    outputs = ["y", "", "", "sum"] if read_sum else ["y"]
+    nodes = [helper.make_node("SkipLayerNormalization", ["x", "s", "gamma", "beta"] + (["bias"] if with_bias else []),
+                              outputs, name="sln", domain="com.microsoft", epsilon=1e-5)]
+    graph_outputs = io[2:]
+    if read_sum:   # the residual sum read further on, as a fused encoder's next block does
+        nodes.append(helper.make_node("Mul", ["sum", "y"], ["z"]))
+        graph_outputs = [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, None, hidden])]
+    return helper.make_model(helper.make_graph(nodes, "g", io[:2], graph_outputs, inits), ir_version=8,
+                             opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("with_bias,read_sum", [(True, False), (False, False), (True, True)])
+def test_skip_layernorm_split_gives_the_fused_outputs(with_bias, read_sum, tmp_path):
+    import onnxruntime as ort
+
+    from compressor.export.onnx import split_skip_layernorm
+
+    fused = _skip_layernorm_graph(with_bias=with_bias, read_sum=read_sum)
+    split = _skip_layernorm_graph(with_bias=with_bias, read_sum=read_sum)
+    assert split_skip_layernorm(split) == 1
+    ops = [n.op_type for n in split.graph.node]
+    assert "SkipLayerNormalization" not in ops and ops.count("LayerNormalization") == 1
+    assert ops.count("Add") == (2 if with_bias else 1)
+    rng = np.random.default_rng(1)
+    feed = {"x": rng.standard_normal((1, 7, 16)).astype(np.float32),
+            "s": rng.standard_normal((1, 7, 16)).astype(np.float32)}
+    outs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+            for m in (fused, split)]
+    assert np.abs(outs[0] - outs[1]).max() < 1e-5
+    # below opset 17 there is no LayerNormalization operator: left fused
+    assert split_skip_layernorm(_skip_layernorm_graph(opset=16)) == 0
+
+
+@pytest.mark.unit
+def test_cpu_sessions_keep_the_split_graph_split(tmp_path):
+    """onnxruntime fuses Add + LayerNormalization back when it loads a graph; the runtime's CPU
+    sessions turn that off, so the profile shows no SkipLayerNormalization kernel."""
+    from compressor.export.onnx import split_skip_layernorm
+    from compressor.export.runtime import Predictor
+
+    model = _skip_layernorm_graph(with_bias=False, seq=3)   # a shape onnxruntime fuses when free to
+    split_skip_layernorm(model)
+    path = str(tmp_path / "split.onnx")
+    onnx.save(model, path)
+    session = Predictor._session(path, 1, None, profile=str(tmp_path / "profile"))
+    session.run(None, {"x": np.ones((1, 3, 16), np.float32), "s": np.ones((1, 3, 16), np.float32)})
+    kernels = {e["args"].get("op_name") for e in json.load(open(session.end_profiling()))
+               if e.get("cat") == "Node"}
+    assert "LayerNormalization" in kernels and "SkipLayerNormalization" not in kernels

@@ -194,6 +194,11 @@ def _done(folder: str, final_file: str) -> bool:
     return os.path.exists(os.path.join(folder, final_file))
 
 
+# since the export writes onnxruntime's SkipLayerNormalization as Add + LayerNormalization (the CPU's
+# fast pair: compressor.export.onnx.split_skip_layernorm)
+EXPORT_BUILD = "skip-layernorm-split"
+
+
 def build_task(task: str, base: str, work: str, data_dir: str, new: dict, today: dict, preset: str) -> dict:
     """Every graph of ``task`` under ``work/task``; returns name -> folder of what is timed."""
     from bench.experiments.prune_latency import build_pruned
@@ -204,7 +209,8 @@ def build_task(task: str, base: str, work: str, data_dir: str, new: dict, today:
 
     folder = os.path.join(work, task)
     os.makedirs(folder, exist_ok=True)
-    plan = {"base": os.path.abspath(base), "preset": preset, "new": new, "today": today}
+    # "export": what the toolkit's export writes (a folder built by an older export is built again)
+    plan = {"base": os.path.abspath(base), "preset": preset, "new": new, "today": today, "export": EXPORT_BUILD}
     plan_file = os.path.join(folder, "plan.json")
     fresh = _read(plan_file) != plan   # a changed plan rebuilds every folder
 
