@@ -47,13 +47,11 @@ def _node_graph(kind: str, rng) -> bytes:
     return model.SerializeToString()
 
 
-def kernel_rows(lengths=(8, 44, 128), threads=(1, 2), runs: int = 1000) -> list:
-    import onnxruntime as ort
+def kernel_rows(work: str, lengths=(8, 44, 128), threads=(1, 2), runs: int = 1000) -> list:
+    from compressor.export.runtime import Predictor
 
     rows = []
     for n_threads in threads:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = n_threads
         for length in lengths:
             rng = np.random.default_rng(0)
             graphs = {kind: _node_graph(kind, np.random.default_rng(1)) for kind in ("fused", "split")}
@@ -62,8 +60,11 @@ def kernel_rows(lengths=(8, 44, 128), threads=(1, 2), runs: int = 1000) -> list:
             row = {"tokens": length, "threads": n_threads}
             outs = {}
             for kind, graph in graphs.items():
-                session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"],
-                                               disabled_optimizers=["SkipLayerNormFusion"])
+                path = os.path.join(work, f"{kind}.onnx")
+                with open(path, "wb") as f:
+                    f.write(graph)
+                # the runtime's CPU session: onnxruntime's load-time SkipLayerNormFusion off
+                session = Predictor._session(path, n_threads, None)
                 for _ in range(50):
                     session.run(None, feed)
                 start = time.perf_counter()
@@ -140,8 +141,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     doc = {"command": command_line(["python", "-m", "bench.experiments.skip_layernorm_cost"]
                                    + list(argv if argv is not None else sys.argv[1:])),
-           "fingerprint": fingerprint(), "kernel": kernel_rows(), "graphs": []}
+           "fingerprint": fingerprint(), "graphs": []}
     with tempfile.TemporaryDirectory(prefix="skip-layernorm-") as work:
+        doc["kernel"] = kernel_rows(work)
         for spec in args.checkpoint:
             task, _, folder = spec.partition("=")
             if not task or not os.path.isdir(folder):

@@ -71,6 +71,9 @@ def timing_texts(seq: int, count: int) -> List[str]:
     return [" ".join(["the"] * max(1, seq - 2))] * count
 
 
+# the table's format and what its graphs are (the comment in LatencyTable.__init__)
+FAMILY_VERSION = "v4"
+
 class LatencyTable:
     """Layer and overhead latencies (p50, ms) of one model family on this machine.
 
@@ -99,10 +102,12 @@ class LatencyTable:
         # depth: a difference over many layers, not one, so one timing's noise is spread thin
         self.span = max(2, int(getattr(self.config, spec.num_layers_key, 2) or 2))
         self.max_length = read_meta(teacher).get("max_length", max_length or 128)
-        # "v3": every shape timed at one layer and at the teacher's depth, its cost per layer taken
-        # between the two by a candidate's depth (v2 timed shapes at the teacher's depth alone, v1
-        # as one layer; their entries are not used and are measured again)
-        self.family = (f"v3|{self.config.model_type}|d{spec.hidden_size(self.config)}|"
+        # "v4": every shape timed at one layer and at the teacher's depth, its cost per layer taken
+        # between the two by a candidate's depth, in graphs whose SkipLayerNormalization the export
+        # writes back as Add + LayerNormalization (v3 timed the fused node, 2-6x slower on the CPU;
+        # v2 timed shapes at the teacher's depth alone, v1 as one layer; their entries are not used
+        # and are measured again)
+        self.family = (f"{FAMILY_VERSION}|{self.config.model_type}|d{spec.hidden_size(self.config)}|"
                        f"a{self.full[0]}|n{getattr(self.config, 'num_labels', 2)}|L{self.max_length}")
         if read_only:
             self.data = self._read()
