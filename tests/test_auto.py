@@ -301,6 +301,39 @@ def test_token_pruning_adds_its_measured_cost_per_precision_and_length(tmp_path,
 
 
 @pytest.mark.unit
+def test_the_teachers_shape_is_predicted_as_timed_when_one_layer_times_under_the_slope(tmp_path):
+    """One layer of the teacher's shape can time under the slope between one layer and the
+    teacher's depth (its weights stay in the cache): the overhead is then 0, and the table must
+    still give both models their own timings (taking the slope for both priced MiniLM-L6's six
+    layers at 5.99 ms where they timed 5.64)."""
+    from conftest import tiny_config
+
+    from compressor.auto.latency import LatencyTable
+    from compressor.core.data import get_task
+    from compressor.core.io import write_json
+    from compressor.core.models import checkpoint_meta
+
+    teacher = str(tmp_path / "teacher")
+    config = tiny_config("bert")
+    config.num_labels, config.num_hidden_layers = 2, 6
+    config.save_pretrained(teacher)
+    write_json(os.path.join(teacher, "compressor.json"), checkpoint_meta(get_task("sst2"), 16, "test"))
+    table = LatencyTable(str(tmp_path / "table.json"), teacher, get_task("sst2"), None)
+    full = table.full
+    times = {("fp32",) + full + (1,): 0.651, ("fp32",) + full + (6,): 5.641}
+    table._keep_layers(16, ["fp32"], True, [full], times)
+    assert table.data["overhead"][table._overhead_key("fp32", 16)] == 0.0
+    assert table.predict([full] * 6, "fp32", [16] * 6) == pytest.approx(5.641, abs=1e-3)
+    assert table.predict([full], "fp32", [16]) == pytest.approx(0.651, abs=1e-3)
+    # where one layer times above the slope, the overhead is what it leaves, and both still hold
+    times = {("fp32",) + full + (1,): 1.5, ("fp32",) + full + (6,): 6.5}
+    table._keep_layers(16, ["fp32"], True, [full], times)
+    assert table.data["overhead"][table._overhead_key("fp32", 16)] == pytest.approx(0.5)
+    assert table.predict([full] * 6, "fp32", [16] * 6) == pytest.approx(6.5, abs=1e-3)
+    assert table.predict([full], "fp32", [16]) == pytest.approx(1.5, abs=1e-3)
+
+
+@pytest.mark.unit
 def test_a_layer_costs_what_it_costs_at_the_candidates_depth(tmp_path, monkeypatch):
     """Each shape's cost per layer is kept at one layer (``shallow``: its weights stay in the cache)
     and at the teacher's depth (``layers``); a candidate of d layers takes it linearly between the two
@@ -319,7 +352,7 @@ def test_a_layer_costs_what_it_costs_at_the_candidates_depth(tmp_path, monkeypat
     config.save_pretrained(teacher)
     write_json(os.path.join(teacher, "compressor.json"), checkpoint_meta(get_task("sst2"), 16, "test"))
     table = LatencyTable(str(tmp_path / "table.json"), teacher, get_task("sst2"), None)
-    assert table.family.startswith("v4|") and table.span == 5
+    assert table.family.startswith("v5|") and table.span == 5
     key = table._layer_key("fp32", 16, 2, 64)
     table.data["overhead"][table._overhead_key("fp32", 16)] = 1.0
     table.data["layers"][key], table.data["shallow"][key] = 2.0, 1.0
@@ -329,9 +362,9 @@ def test_a_layer_costs_what_it_costs_at_the_candidates_depth(tmp_path, monkeypat
     assert table.predict([(2, 64)], "fp32", [16]) == pytest.approx(2.0)   # a one-layer model as timed
     del table.data["shallow"][key]   # no shallow entry: the cost at the teacher's depth
     assert table.layer_cost("fp32", 16, 2, 64, 1) == 2.0
-    # an older table's entries (v3: fused LayerNorms) are another family's: asked for, measured again
-    old = {k.replace("v4|", "v3|", 1): v for k, v in table.data["layers"].items()}
-    json.dump({**table.data, "layers": old, "shallow": {}, "overhead": {k.replace("v4|", "v3|", 1): v for k, v in
+    # an older table's entries (v4: the teacher's shape by the slope) are another family's: measured again
+    old = {k.replace("v5|", "v4|", 1): v for k, v in table.data["layers"].items()}
+    json.dump({**table.data, "layers": old, "shallow": {}, "overhead": {k.replace("v5|", "v4|", 1): v for k, v in
                                                                           table.data["overhead"].items()}},
               open(tmp_path / "table.json", "w"))
     asked = []

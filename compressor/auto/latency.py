@@ -72,7 +72,7 @@ def timing_texts(seq: int, count: int) -> List[str]:
 
 
 # the table's format and what its graphs are (the comment in LatencyTable.__init__)
-FAMILY_VERSION = "v4"
+FAMILY_VERSION = "v5"
 
 class LatencyTable:
     """Layer and overhead latencies (p50, ms) of one model family on this machine.
@@ -102,9 +102,10 @@ class LatencyTable:
         # depth: a difference over many layers, not one, so one timing's noise is spread thin
         self.span = max(2, int(getattr(self.config, spec.num_layers_key, 2) or 2))
         self.max_length = read_meta(teacher).get("max_length", max_length or 128)
-        # "v4": every shape timed at one layer and at the teacher's depth, its cost per layer taken
+        # "v5": every shape timed at one layer and at the teacher's depth, its cost per layer taken
         # between the two by a candidate's depth, in graphs whose SkipLayerNormalization the export
-        # writes back as Add + LayerNormalization (v3 timed the fused node, 2-6x slower on the CPU;
+        # writes back as Add + LayerNormalization, the teacher's shape kept as timed where the
+        # overhead comes out below 0 (v4 priced it by the slope there; v3 timed the fused node;
         # v2 timed shapes at the teacher's depth alone, v1 as one layer; their entries are not used
         # and are measured again)
         self.family = (f"{FAMILY_VERSION}|{self.config.model_type}|d{spec.hidden_size(self.config)}|"
@@ -376,13 +377,13 @@ class LatencyTable:
             overhead = self.data["overhead"][self._overhead_key(precision, seq)]
             for heads, ffn in shapes:
                 # the shape's share of a model of the teacher's depth and of a one-layer model, the
-                # overhead taken out (for the teacher's shape both are the slope: the overhead is what
-                # the slope leaves of one layer)
+                # overhead taken out. For the teacher's shape both are the slope (the overhead is what
+                # the slope leaves of one layer), unless one layer timed under the slope (its weights
+                # in the cache): then the overhead is 0, and the two models are predicted as timed,
+                # where the slope for both priced the teacher's depth 6% over its own timing
                 key = self._layer_key(precision, seq, heads, ffn)
                 deep = max((times[(precision, heads, ffn, self.span)] - overhead) / self.span, 1e-4)
                 shallow = max(times[(precision, heads, ffn, 1)] - overhead, 1e-4)
-                if fresh and (heads, ffn) == self.full:
-                    deep = shallow = layer
                 self.data["layers"][key] = round(deep, 4)
                 self.data.setdefault("shallow", {})[key] = round(shallow, 4)
         for k, t in times.items():
