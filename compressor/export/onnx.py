@@ -499,7 +499,7 @@ def optimize_graph(model_file: str, config=None, heads=None, split: bool = True)
     return report
 
 
-SPLIT_WHY = ("onnxruntime's CPU SkipLayerNormalization kernel took 5-6x the time of Add + LayerNormalization "
+SPLIT_WHY = ("onnxruntime's CPU SkipLayerNormalization kernel took 2-6x the time of Add + LayerNormalization "
              "on the same tensors (1.30 and 1.32, AMD EPYC and Intel Xeon): the fused node is written as those")
 
 

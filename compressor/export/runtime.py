@@ -133,7 +133,7 @@ class Predictor:
             options.enable_profiling = True
             options.profile_file_prefix = profile
         providers = providers or ["CPUExecutionProvider"]
-        # on the CPU, onnxruntime's SkipLayerNormalization is 5-6x slower than the Add + LayerNormalization
+        # on the CPU, onnxruntime's SkipLayerNormalization is 2-6x slower than the Add + LayerNormalization
         # it fuses (export.onnx.split_skip_layernorm): its load-time fusion of them stays off there
         cpu_only = all((p[0] if isinstance(p, tuple) else p) == "CPUExecutionProvider" for p in providers)
         try:
