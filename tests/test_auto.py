@@ -300,12 +300,9 @@ def test_token_pruning_adds_its_measured_cost_per_precision_and_length(tmp_path,
     assert measured[1:] == [("dynamic", [16]), ("fp32", [24])]
 
 
-@pytest.mark.unit
-def test_the_teachers_shape_is_predicted_as_timed_when_one_layer_times_under_the_slope(tmp_path):
-    """One layer of the teacher's shape can time under the slope between one layer and the
-    teacher's depth (its weights stay in the cache): the overhead is then 0, and the table must
-    still give both models their own timings (taking the slope for both priced MiniLM-L6's six
-    layers at 5.99 ms where they timed 5.64)."""
+def _tiny_table(tmp_path, layers: int):
+    """An empty latency table for a tiny BERT teacher of ``layers`` layers (config only: nothing
+    is timed unless a test asks), and the teacher's folder."""
     from conftest import tiny_config
 
     from compressor.auto.latency import LatencyTable
@@ -315,10 +312,19 @@ def test_the_teachers_shape_is_predicted_as_timed_when_one_layer_times_under_the
 
     teacher = str(tmp_path / "teacher")
     config = tiny_config("bert")
-    config.num_labels, config.num_hidden_layers = 2, 6
+    config.num_labels, config.num_hidden_layers = 2, layers
     config.save_pretrained(teacher)
     write_json(os.path.join(teacher, "compressor.json"), checkpoint_meta(get_task("sst2"), 16, "test"))
-    table = LatencyTable(str(tmp_path / "table.json"), teacher, get_task("sst2"), None)
+    return LatencyTable(str(tmp_path / "table.json"), teacher, get_task("sst2"), None), teacher
+
+
+@pytest.mark.unit
+def test_the_teachers_shape_is_predicted_as_timed_when_one_layer_times_under_the_slope(tmp_path):
+    """One layer of the teacher's shape can time under the slope between one layer and the
+    teacher's depth (its weights stay in the cache): the overhead is then 0, and the table must
+    still give both models their own timings (taking the slope for both priced MiniLM-L6's six
+    layers at 5.99 ms where they timed 5.64)."""
+    table, _ = _tiny_table(tmp_path, 6)
     full = table.full
     times = {("fp32",) + full + (1,): 0.651, ("fp32",) + full + (6,): 5.641}
     table._keep_layers(16, ["fp32"], True, [full], times)
@@ -339,19 +345,10 @@ def test_a_layer_costs_what_it_costs_at_the_candidates_depth(tmp_path, monkeypat
     and at the teacher's depth (``layers``); a candidate of d layers takes it linearly between the two
     by d, so a uniform model of either depth is predicted as it was timed. Tables of the kinds
     before (family v2: the teacher's depth alone) are measured again."""
-    from conftest import tiny_config
-
     from compressor.auto.latency import LatencyTable
     from compressor.core.data import get_task
-    from compressor.core.io import write_json
-    from compressor.core.models import checkpoint_meta
 
-    teacher = str(tmp_path / "teacher")
-    config = tiny_config("bert")
-    config.num_labels, config.num_hidden_layers = 2, 5
-    config.save_pretrained(teacher)
-    write_json(os.path.join(teacher, "compressor.json"), checkpoint_meta(get_task("sst2"), 16, "test"))
-    table = LatencyTable(str(tmp_path / "table.json"), teacher, get_task("sst2"), None)
+    table, teacher = _tiny_table(tmp_path, 5)
     assert table.family.startswith("v5|") and table.span == 5
     key = table._layer_key("fp32", 16, 2, 64)
     table.data["overhead"][table._overhead_key("fp32", 16)] = 1.0
