@@ -149,8 +149,6 @@ def new_chain_plan(records: str, task: str, bracket_units: List[str], run: str =
                                      "recorded": quant["search"]["chosen"], "chosen": again}
             quant = {**quant, "search": {**quant["search"], "chosen": again}}
         plan["int8"] = int8_choice(quant)
-        if plan["int8"]["method"] == "static":   # since the static graph stores its word table INT8 (a
-            plan["word_embeddings"] = "int8"      # graph built before is built again, not reused)
         plan["int8_from"] = os.path.join(folder, quant_dir, "record.json")
         plan["int8_preset_on_gpu"] = (quant.get("preset") or {}).get("name")
     else:
@@ -194,9 +192,10 @@ def _done(folder: str, final_file: str) -> bool:
     return os.path.exists(os.path.join(folder, final_file))
 
 
-# since the export writes onnxruntime's SkipLayerNormalization as Add + LayerNormalization (the CPU's
-# fast pair: compressor.export.onnx.split_skip_layernorm)
-EXPORT_BUILD = "skip-layernorm-split"
+# what the toolkit's export and INT8 write, changed when they change (a folder built before is built
+# again): static INT8 stores the word table INT8; SkipLayerNormalization is written as Add +
+# LayerNormalization (the CPU's fast pair: compressor.export.onnx.split_skip_layernorm)
+EXPORT_BUILD = "static-word-table-int8, skip-layernorm-split"
 
 
 def build_task(task: str, base: str, work: str, data_dir: str, new: dict, today: dict, preset: str) -> dict:
@@ -209,7 +208,6 @@ def build_task(task: str, base: str, work: str, data_dir: str, new: dict, today:
 
     folder = os.path.join(work, task)
     os.makedirs(folder, exist_ok=True)
-    # "export": what the toolkit's export writes (a folder built by an older export is built again)
     plan = {"base": os.path.abspath(base), "preset": preset, "new": new, "today": today, "export": EXPORT_BUILD}
     plan_file = os.path.join(folder, "plan.json")
     fresh = _read(plan_file) != plan   # a changed plan rebuilds every folder

@@ -489,7 +489,7 @@ def optimize_graph(model_file: str, config=None, heads=None, split: bool = True)
     fusions = {op: fused[op] for op in FUSED_OPS if fused.get(op, 0) > before.get(op, 0)}
     split = split_skip_layernorm(optimized.model) if split else 0
     optimized.save_model_to_file(model_file)
-    after = _op_counts(load_graph(model_file))
+    after = _op_counts(optimized.model)   # as saved: the save sorts the nodes, it adds or drops none
     report = {"tool": "onnxruntime.transformers.optimizer (model_type bert, opt_level 0, "
                       f"num_heads {num_heads}, hidden_size {width})",
               "fusions": fusions, "attention": attention,

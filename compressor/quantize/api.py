@@ -443,7 +443,7 @@ def _search(src_folder, work, config, preset, train_set, dev_set, holdout_set=No
                 "dynamic": ("dynamic-int8", build_dynamic("dynamic", None)),
                 "dynamic_per_tensor": ("dynamic-int8-per-tensor", build_dynamic("dynamic-per-tensor", False)),
                 "qat": (QAT_CANDIDATE, build_qat),
-                "mixed": (f"mixed ({len(result['mixed']['fp32_units'])} FP32 units)" if "mixed" in result
+                "mixed": (sens.mixed_candidate_name(len(result["mixed"]["fp32_units"])) if "mixed" in result
                           else "mixed", lambda: mixed_path),
                 "fp32": ("fp32", lambda: src)}
     # qat after the post-training graphs it may spare training for

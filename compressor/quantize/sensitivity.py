@@ -386,9 +386,14 @@ def latencies_ms(folder: str, paths: Dict[str, str], feeds: Sequence[dict], thre
     return {name: float(np.median(t) * 1000) for name, t in times.items()}
 
 
+def mixed_candidate_name(units: int) -> str:
+    """The ``auto`` search's name for its mixed candidate with ``units`` kept FP32 (records keep it)."""
+    return f"mixed ({units} FP32 units)"
+
+
 def fp32_unit_count(name: str) -> float:
     """How much of a candidate stays FP32, from its name: none for an INT8 graph, k for
-    ``mixed (k FP32 units)``, everything (infinity) for ``fp32``."""
+    :func:`mixed_candidate_name` (k), everything (infinity) for ``fp32``."""
     if name == "fp32":
         return float("inf")
     found = re.match(r"mixed \((\d+) FP32 units?\)", name)
