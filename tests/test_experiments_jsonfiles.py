@@ -28,3 +28,15 @@ def test_both_summaries_skip_a_stage_whose_record_is_cut_short(tmp_path):
     assert [r["stage"] for r in seed_systems_summary._records(str(run))] == ["distill"]
     assert accuracy_ablation._stage_record(str(run), "distill") == {"stage": "distill", "score": 60.0}
     assert accuracy_ablation._stage_record(str(run), "prune") is None
+
+
+def test_a_general_phase_from_the_cache_is_described_by_the_run_that_trained_it():
+    trained = {"train_rows": 97219, "steps": 1520}
+    records = [{"stage": "distill", "student": {"kind": "config"},
+                "phases": [{"phase": "general", "steps": 0, "cached": "x", "trained_by": trained}]}]
+    row = {"gap": 20.0, "noise": 4.0, "teacher": 88.44}
+    reasons = " ".join(seed_systems_summary.why("tinybert-4l", "mrpc", row, records))
+    assert "97219 GLUE sentences, 1520 steps" in reasons
+    fresh = [{"stage": "distill", "phases": [{"phase": "general", **trained}]}]
+    assert "97219 GLUE sentences, 1520 steps" in " ".join(
+        seed_systems_summary.why("tinybert-4l", "mrpc", row, fresh))

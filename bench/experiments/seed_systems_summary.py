@@ -133,8 +133,10 @@ def why(system: str, task: str, row: dict, records: list) -> list:
             reasons.append("student starts at random (no pre-trained weights of its shape)")
         for phase in record.get("phases") or []:
             if phase.get("phase") == "general":
-                reasons.append(f"general phase on {phase.get('train_rows', '?')} GLUE sentences, "
-                               f"{phase.get('steps', '?')} steps; paper: {paper['general']}")
+                # a phase taken from the cache records the run that trained it under trained_by
+                made = phase.get("trained_by") or phase
+                reasons.append(f"general phase on {made.get('train_rows', '?')} GLUE sentences, "
+                               f"{made.get('steps', '?')} steps; paper: {paper['general']}")
         cfg = record.get("config") or {}
         ours = cfg.get("intermediate_epochs")
         if ours and paper["intermediate_epochs"] and ours < paper["intermediate_epochs"]:
