@@ -260,6 +260,19 @@ def test_two_stage_narrow_student_with_projections(trained_teacher, tmp_path):
     assert not any("projections" in k for k in student.state_dict())
 
 
+def test_a_student_cut_from_its_teacher_starts_ahead_and_distils(trained_teacher, tmp_path):
+    """init: teacher ranks the teacher's channels on training rows and records how."""
+    teacher_dir, data = trained_teacher
+    student = {"kind": "config", "num_layers": 1, "hidden_size": 16, "heads": 4, "ffn_size": 32}
+    config = DistillConfig(train=dict(epochs=1, lr=3e-3, **QUICK), intermediate_epochs=1,
+                           student={**student, "init": "teacher", "init_rows": 64},
+                           losses={"kd": 1, "hidden": 1, "attention": 1})
+    record = distill(teacher_dir, str(tmp_path / "cut"), config=config, user_data=data)
+    assert record["student"]["init"] == "teacher" and record["student"]["importance"] == "activations"
+    assert record["student"]["teacher_layers"] == [1]
+    assert record["score"] > 80
+
+
 def test_minilm_and_cosine_losses_train(trained_teacher, tmp_path):
     teacher_dir, data = trained_teacher
     config = DistillConfig(train=dict(epochs=2, lr=3e-3, **QUICK),

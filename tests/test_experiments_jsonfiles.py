@@ -40,3 +40,11 @@ def test_a_general_phase_from_the_cache_is_described_by_the_run_that_trained_it(
     fresh = [{"stage": "distill", "phases": [{"phase": "general", **trained}]}]
     assert "97219 GLUE sentences, 1520 steps" in " ".join(
         seed_systems_summary.why("tinybert-4l", "mrpc", row, fresh))
+
+
+def test_a_student_cut_from_its_teacher_is_summarised_against_its_systems_paper():
+    records = [{"stage": "distill", "student": {"kind": "config", "init": "teacher"}, "phases": []}]
+    row = {"gap": 20.0, "noise": 4.0, "teacher": 67.15}
+    reasons = " ".join(seed_systems_summary.why("tinybert-4l-subclone", "rte", row, records))
+    assert "cut out of the task teacher's weights" in reasons and "at random" not in reasons
+    assert seed_systems_summary.paper_of("minilm-6l-subclone") is seed_systems_summary.PAPERS["minilm-6l"]

@@ -5,7 +5,9 @@
 # the same seed and settings, once with the task stages alone and once after one epoch of
 # general distillation on 30,000 sentences sampled from every GLUE training file under GLUE_DIR
 # (CoLA's dev sentences left out). Dev is scored once, at the end of each run: nothing is chosen on dev.
-#   bash bench/experiments/general_distill_cpu.sh GLUE_DIR WORK_DIR RESULTS_DIR
+# RUNS picks the students (default "task-stages general"); "subclone" is the same student cut out of
+# the teacher's weights (init=teacher: compressor.engine.subclone) instead of drawn at random.
+#   [RUNS="task-stages subclone"] bash bench/experiments/general_distill_cpu.sh GLUE_DIR WORK_DIR RESULTS_DIR
 set -euo pipefail
 GLUE=$1; W=$2; OUT=$3
 PY=${PYTHON:-.venv/bin/python}
@@ -19,17 +21,23 @@ STUDENT=(--teacher "$W/teacher" --data-dir "$GLUE" --student kind=config --stude
   --loss kd=1 --loss hidden=1 --loss hidden.mapping=uniform --loss embedding=1 --loss attention=1
   --loss attention.mapping=uniform --intermediate-epochs 3 --intermediate-lr 2e-4
   --epochs 3 --lr 1e-4 --warmup 0.1 --batch-size 32 "${COMMON[@]}")
-[ -f "$W/task-stages/metrics.json" ] || $PY -m compressor distill --out "$W/task-stages" "${STUDENT[@]}"
-[ -f "$W/general/metrics.json" ] || $PY -m compressor distill --out "$W/general" "${STUDENT[@]}" \
-  --general-epochs 1 --general-rows 30000 --general-lr 2e-4
+RUNS=${RUNS:-"task-stages general"}
+for run in $RUNS; do
+  case $run in
+    task-stages) extra=() ;;
+    general) extra=(--general-epochs 1 --general-rows 30000 --general-lr 2e-4) ;;
+    subclone) extra=(--student init=teacher) ;;
+    *) echo "unknown run $run"; exit 1 ;;
+  esac
+  [ -f "$W/$run/metrics.json" ] || $PY -m compressor distill --out "$W/$run" "${STUDENT[@]}" "${extra[@]}"
+  cp "$W/$run/metrics.json" "$OUT/$run-metrics.json"
+done
 cp "$W/teacher/metrics.json" "$OUT/teacher-metrics.json"
-cp "$W/task-stages/metrics.json" "$OUT/task-stages-metrics.json"
-cp "$W/general/metrics.json" "$OUT/general-metrics.json"
-$PY - "$OUT" <<'PY'
+$PY - "$OUT" $RUNS <<'PY'
 import json, os, sys
 out = sys.argv[1]
 t = json.load(open(os.path.join(out, "teacher-metrics.json")))
-for name in ("task-stages", "general"):
+for name in sys.argv[2:]:
     r = json.load(open(os.path.join(out, f"{name}-metrics.json")))
     phases = ", ".join(f"{p['phase']} {p['train_examples']} rows {p['steps']} steps" for p in r["phases"])
     print(f"{name}: CoLA dev MCC {r['score']:.2f} (teacher {t['score']:.2f}), {r['parameters']:,} parameters, "

@@ -116,7 +116,7 @@ def _noise(score: float, teacher: float, task: str) -> float:
 
 def why(system: str, task: str, row: dict, records: list) -> list:
     """The reasons the records show for the gap to the paper, most telling first."""
-    paper = PAPERS[system]
+    paper = paper_of(system)
     reasons = []
     final = records[-1] if records else {}
     gap = None if final.get("at_chance") is not None else row.get("gap")
@@ -130,7 +130,9 @@ def why(system: str, task: str, row: dict, records: list) -> list:
     for record in records:
         student = record.get("student") or {}
         if record.get("stage") == "distill" and student.get("kind") == "config":
-            reasons.append("student starts at random (no pre-trained weights of its shape)")
+            reasons.append("student cut out of the task teacher's weights (init: teacher), no general phase"
+                           if student.get("init") == "teacher" else
+                           "student starts at random (no pre-trained weights of its shape)")
         for phase in record.get("phases") or []:
             if phase.get("phase") == "general":
                 # a phase taken from the cache records the run that trained it under trained_by
@@ -146,9 +148,18 @@ def why(system: str, task: str, row: dict, records: list) -> list:
     return reasons
 
 
+# a seed system run another way, measured against the same paper: its recipe is
+# recipes/mpnet/SYSTEM-augmented.yaml, as the others'
+VARIANTS = {"tinybert-4l-subclone": "tinybert-4l", "minilm-6l-subclone": "minilm-6l"}
+
+
+def paper_of(system: str) -> dict:
+    return PAPERS[VARIANTS.get(system, system)]
+
+
 def summarise(root: str, first: str) -> dict:
     systems = {}
-    for system in PAPERS:
+    for system in list(PAPERS) + list(VARIANTS):
         for task in sorted(DEV_ROWS):
             teacher = read_or_none(os.path.join(root, task, "teacher-holdout-metrics.json"))
             records = _records(os.path.join(root, f"{system}-{task}"))
@@ -158,11 +169,11 @@ def summarise(root: str, first: str) -> dict:
             score = scored[-1]["score"]
             row = {"teacher": round(teacher["score"], 2), "score": round(score, 2),
                    "retention": round(100 * score / teacher["score"], 1) if teacher["score"] else None,
-                   "first_run": first_run(first, system, task),
+                   "first_run": first_run(first, VARIANTS.get(system, system), task),
                    "wall_time_s": round(sum(r.get("wall_time_s") or 0 for r in records), 1)}
             row["noise"] = _noise(score, teacher["score"], task)
-            if task in PAPERS[system]["tasks"] and row["retention"] is not None:
-                t, s = PAPERS[system]["tasks"][task]
+            if task in paper_of(system)["tasks"] and row["retention"] is not None:
+                t, s = paper_of(system)["tasks"][task]
                 row["paper"] = round(100 * s / t, 1)
                 row["gap"] = round(row["paper"] - row["retention"], 1)
             row["why"] = why(system, task, row, records)
@@ -176,7 +187,7 @@ def table(systems: dict) -> str:
     for system, tasks in systems.items():
         for task, row in tasks.items():
             paper = f"{row['paper']:.1f}%" if "paper" in row else (
-                f"{PAPERS[system]['overall']:.1f}% overall" if PAPERS[system]["overall"] else "-")
+                f"{paper_of(system)['overall']:.1f}% overall" if paper_of(system)["overall"] else "-")
             first = f"{row['first_run']:.1f}%" if row["first_run"] is not None else "-"
             ours = "-" if row["retention"] is None else f"{row['retention']:.1f}%"
             lines.append(f"| {system} | {task} | {row['score']:.2f} ({ours}) | {first} | {paper} | "

@@ -265,7 +265,9 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
         spec = PretrainedStudent(model="(given)")
         tokenizer, made = student_tokenizer or teacher_tokenizer, {"kind": "given"}
     else:
-        student, tokenizer, made = build_student(spec, teacher, teacher_tokenizer, task)
+        student, tokenizer, made = build_student(
+            spec, teacher, teacher_tokenizer, task,
+            batches=_init_batches(teacher, teacher_tokenizer, train_set, spec, config.train, device))
     layer_losses = losses.layer_losses()
     if layer_losses and spec.is_small:
         raise CompressorError(f"a {spec.kind} student has no layers to match: losses "
@@ -357,6 +359,23 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
         "phases": history, "cached_teacher_logits": cache is not None,
         "augmented_rows": len(augmented) if augmented is not None else 0,
         "train_time_s": round(time.perf_counter() - start, 2)}
+
+
+def _init_batches(teacher, tokenizer, train_set, spec, train: TrainConfig, device):
+    """Teacher inputs from ``spec.init_rows`` training rows (drawn with the run's seed) on
+    ``device``, for a student cut out of the teacher (``init: teacher``); None otherwise."""
+    if getattr(spec, "init", "random") != "teacher":
+        return None
+    import random
+
+    from compressor.core.batches import encode, iter_batches, to_device
+
+    examples = list(train_set.examples)
+    random.Random(train.seed).shuffle(examples)
+    items = encode(tokenizer, examples[:spec.init_rows], train.max_length, teacher.config)
+    teacher.to(device)
+    return [to_device(b, device) for b in iter_batches(items, train.batch_size, tokenizer.pad_token_id or 0,
+                                                        train_set.task.is_regression)]
 
 
 def load_augmented(config: DistillConfig, train_set, teacher_path: str, folder: Optional[str] = None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import ClassVar, List, Optional, Tuple
+from typing import ClassVar, Iterable, List, Optional, Tuple
 
 from torch import nn
 
@@ -61,6 +61,10 @@ class ConfigStudent(StudentConfig):
     model_type: str = setting("", check=lambda v, name, c: None if not v or v in ARCHITECTURES else
                               f"student model_type '{v}' is not registered; "
                               f"use {', '.join(sorted(ARCHITECTURES))}")
+    # random: drawn at random; teacher: cut out of the teacher's weights (every k-th layer, its
+    # most active channels, heads, dimensions and neurons: compressor.engine.subclone)
+    init: str = setting("random", choices=("random", "teacher"))
+    init_rows: int = setting(256, check=positive)   # training rows whose activations rank them
 
 
 @variant
@@ -130,9 +134,12 @@ def teacher_layers_to_keep(spec: LayersStudent, teacher_layers: int) -> List[int
     return [1 + int(i * step) for i in range(m)]
 
 
-def build_student(spec: StudentConfig, teacher: nn.Module, teacher_tokenizer, task
-                  ) -> Tuple[nn.Module, object, dict]:
-    """The student model, its tokenizer, and a note of how it was made (for the record)."""
+def build_student(spec: StudentConfig, teacher: nn.Module, teacher_tokenizer, task,
+                  batches: Optional[Iterable[dict]] = None) -> Tuple[nn.Module, object, dict]:
+    """The student model, its tokenizer, and a note of how it was made (for the record).
+
+    ``batches`` (teacher inputs from training rows) rank the teacher's channels for a
+    ``config`` student with ``init: teacher``; without them, weight norms do."""
     spec.check()
     if isinstance(spec, InputStudent):
         raise CompressorError("student kind 'input' means a recipe stage's input model; "
@@ -154,7 +161,40 @@ def build_student(spec: StudentConfig, teacher: nn.Module, teacher_tokenizer, ta
         layers = t_arch.get_layers(model)
         t_arch.set_layers(model, nn.ModuleList(layers[i - 1] for i in keep))
         return model, teacher_tokenizer, {"kind": "layers", "teacher_layers": keep}
-    return _random_student(spec, teacher, teacher_tokenizer, task)
+    model, tokenizer, made = _random_student(spec, teacher, teacher_tokenizer, task)
+    if spec.init == "teacher":
+        made.update(_subclone(spec, model, teacher, batches))
+    return model, tokenizer, made
+
+
+def _subclone(spec: ConfigStudent, student: nn.Module, teacher: nn.Module, batches) -> dict:
+    """Fill ``student`` with slices of ``teacher``'s weights; the record's note of it."""
+    from compressor.engine import subclone
+
+    t_arch = arch_of(teacher)
+    if student.config.model_type != teacher.config.model_type:
+        raise CompressorError(f"student init: teacher needs the teacher's architecture "
+                              f"({teacher.config.model_type}), not model_type {student.config.model_type}")
+    t_config, s_config = teacher.config, student.config
+    sizes = {"hidden_size": (t_arch.hidden_size(s_config), t_arch.hidden_size(t_config)),
+             "heads": (t_arch.num_heads(s_config), t_arch.num_heads(t_config)),
+             "ffn_size": (t_arch.ffn_size(s_config), t_arch.ffn_size(t_config)),
+             "num_layers": (t_arch.num_layers(s_config), t_arch.num_layers(t_config)),
+             "head size": (t_arch.hidden_size(s_config) // t_arch.num_heads(s_config),
+                           t_arch.hidden_size(t_config) // t_arch.num_heads(t_config))}
+    for name, (ours, theirs) in sizes.items():
+        if ours > theirs:
+            raise CompressorError(f"student init: teacher cuts the student out of the teacher, whose "
+                                  f"{name} is {theirs}; the student's {ours} is larger (use init: random)")
+    keep = [i - 1 for i in teacher_layers_to_keep(LayersStudent(num_layers=sizes["num_layers"][0]),
+                                                  sizes["num_layers"][1])]
+    importance = (subclone.activation_importance(teacher, batches) if batches is not None
+                  else subclone.magnitude_importance(teacher))
+    chosen = subclone.select(importance, keep, sizes["heads"][1], sizes["hidden_size"][0],
+                             sizes["heads"][0], sizes["ffn_size"][0])
+    subclone.fill_from_teacher(student, teacher, keep, chosen)
+    return {"init": "teacher", "teacher_layers": [i + 1 for i in keep],
+            "importance": importance["source"], "teacher_heads": [h + 1 for h in chosen["heads"].tolist()]}
 
 
 def _random_student(spec: ConfigStudent, teacher, tokenizer, task):
