@@ -54,6 +54,26 @@ def test_at_the_teachers_width_it_is_the_teachers_kept_layers(tiny_models, arch)
         assert torch.allclose(student.eval()(**ids).logits, layers.eval()(**ids).logits, atol=1e-5)
 
 
+def test_embeddings_narrower_than_the_layers_are_kept_whole(tiny_models):
+    """ELECTRA's embeddings (16 wide) are projected up to the layers' 32: only the projection's
+    output rows are residual channels."""
+    import transformers
+    from conftest import tiny_config
+
+    torch.manual_seed(0)
+    config = tiny_config("electra")
+    config.num_labels = 2
+    teacher = transformers.AutoModelForSequenceClassification.from_config(config, attn_implementation="eager").eval()
+    _, tok = _teacher(tiny_models, "bert", layers=2)
+    narrow = ConfigStudent(num_layers=1, init="teacher", hidden_size=24, heads=4, ffn_size=48)
+    student, _, made = build_student(narrow, teacher, tok, TASK, batches=_batches(tok))
+    assert student.config.embedding_size == 16 and made["importance"] == "activations"
+    assert student.electra.embeddings_project.weight.shape == (24, 16)
+    with torch.no_grad():
+        assert torch.equal(student.electra.embeddings.word_embeddings.weight,
+                           teacher.electra.embeddings.word_embeddings.weight)
+
+
 @pytest.mark.parametrize("arch", ["bert", "mpnet"])
 def test_a_narrow_student_keeps_the_most_active_neurons_and_heads(tiny_models, arch):
     """FFN neurons the teacher never fires and a head whose value projection is zero are the ones

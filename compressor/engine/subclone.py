@@ -50,7 +50,11 @@ def activation_importance(teacher: nn.Module, batches: Iterable[dict]) -> Dict[s
     sums = {"hidden": None, "q": [None] * n, "k": [None] * n, "v": [None] * n, "ffn": [None] * n}
     mask_box: List[Optional[torch.Tensor]] = [None]
 
+    width = spec.hidden_size(teacher.config)
+
     def add(key, i, tensor):
+        if key == "hidden" and tensor.shape[-1] != width:
+            return   # embeddings narrower than the layers (ELECTRA's, projected up after)
         x = tensor.detach().float().abs()
         m = mask_box[0]
         if m is not None and x.dim() == 3 and m.shape == x.shape[:2]:
