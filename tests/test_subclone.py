@@ -147,3 +147,23 @@ def test_init_teacher_refuses_a_student_wider_than_its_teacher(tiny_models):
     with pytest.raises(CompressorError, match="init"):
         from compressor.engine.students import student_config
         student_config({"kind": "config", "init": "pretrained"})
+
+
+def test_the_layer_losses_projections_start_as_the_cuts_inverse(tiny_models):
+    from compressor.engine.distiller import make_projections
+
+    teacher, tok = _teacher(tiny_models, "bert", layers=2)
+    student, _, made = build_student(ConfigStudent(num_layers=1, hidden_size=24, heads=4, ffn_size=48,
+                                                   init="teacher"), teacher, tok, TASK, batches=_batches(tok))
+    from compressor.distill import DistillConfig
+    losses = DistillConfig(losses={"kd": 1, "hidden": 1}).losses
+    kept = made["residual_channels"]
+    assert len(kept) == 24 and kept == sorted(kept)
+    maps = make_projections(student, teacher, losses, kept)
+    states = torch.randn(2, 5, 24)
+    for proj in maps.values():
+        out = proj(states)
+        assert torch.equal(out[..., kept], states)
+        assert not out[..., [c for c in range(32) if c not in kept]].any()
+    drawn = make_projections(student, teacher, losses)      # a random student's: drawn at random
+    assert not torch.equal(next(iter(drawn.values()))(states)[..., kept], states)

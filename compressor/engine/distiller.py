@@ -104,8 +104,13 @@ def _layers(model) -> int:
     return arch_of(model).num_layers(model.config)
 
 
-def make_projections(student, teacher, losses: Losses) -> nn.ModuleDict:
-    """Linear maps from the student's width to the teacher's, one per compared hidden state."""
+def make_projections(student, teacher, losses: Losses, channels: Optional[Sequence[int]] = None
+                     ) -> nn.ModuleDict:
+    """Linear maps from the student's width to the teacher's, one per compared hidden state.
+
+    ``channels``: the teacher's residual channels a student cut out of it kept, in order; each
+    map then starts as the cut's inverse (student channel j to teacher channel ``channels[j]``),
+    so the layer losses begin by asking for what the student already computes."""
     s_width, t_width = _width(student), _width(teacher)
     projections = nn.ModuleDict()
     if s_width == t_width:
@@ -114,6 +119,11 @@ def make_projections(student, teacher, losses: Losses) -> nn.ModuleDict:
              for layer in loss.projected(settings, _layers(student), _layers(teacher))]
     for name in dict.fromkeys(names):
         projections[name] = nn.Linear(s_width, t_width)
+        if channels is not None:
+            with torch.no_grad():
+                projections[name].weight.zero_()
+                projections[name].weight[list(channels), list(range(s_width))] = 1.0
+                projections[name].bias.zero_()
     return projections
 
 
@@ -282,8 +292,8 @@ def distill_model(teacher, teacher_tokenizer, train_set, dev_set, config: Distil
                      and _uses_types(teacher))
     if _uses_types(teacher) and not teacher_types and len(task.text_fields) > 1:
         config = replace(config, cache_teacher_logits=True)   # the cache tokenises for the teacher
-    trainee = Trainee(student, make_projections(student, teacher, losses) if layer_losses
-                      else nn.ModuleDict())
+    trainee = Trainee(student, make_projections(student, teacher, losses, made.get("residual_channels"))
+                      if layer_losses else nn.ModuleDict())
     base = config.train
     phases = [("predict", losses, base, [])]    # (name, losses, settings, parameters held fixed)
     if config.intermediate_epochs:

@@ -194,7 +194,8 @@ def _subclone(spec: ConfigStudent, student: nn.Module, teacher: nn.Module, batch
                              sizes["heads"][0], sizes["ffn_size"][0])
     subclone.fill_from_teacher(student, teacher, keep, chosen)
     return {"init": "teacher", "teacher_layers": [i + 1 for i in keep],
-            "importance": importance["source"], "teacher_heads": [h + 1 for h in chosen["heads"].tolist()]}
+            "importance": importance["source"], "teacher_heads": [h + 1 for h in chosen["heads"].tolist()],
+            "residual_channels": chosen["hidden"].tolist()}   # 0-based: the layer losses' projections start there
 
 
 def _random_student(spec: ConfigStudent, teacher, tokenizer, task):

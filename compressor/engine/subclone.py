@@ -32,6 +32,9 @@ _LINEAR_ROLES = {"query": ("qk", "hidden"), "key": ("qk", "hidden"), "value": ("
                  "ffn_out": ("hidden", "ffn")}
 
 
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")   # a batch's other keys are not the model's
+
+
 def _check_supported(spec) -> None:
     if spec.fused_qkv or spec.ffn_gated:
         raise CompressorError(f"student init: teacher does not support {spec.model_type} yet (fused "
@@ -88,7 +91,7 @@ def activation_importance(teacher: nn.Module, batches: Iterable[dict]) -> Dict[s
     try:
         with torch.no_grad():
             for batch in batches:
-                inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
+                inputs = {k: v.to(device) for k, v in batch.items() if k in _INPUTS}
                 mask = inputs.get("attention_mask")
                 mask_box[0] = mask.float() if mask is not None else None
                 teacher(**inputs)
