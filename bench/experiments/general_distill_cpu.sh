@@ -6,7 +6,9 @@
 # general distillation on 30,000 sentences sampled from every GLUE training file under GLUE_DIR
 # (CoLA's dev sentences left out). Dev is scored once, at the end of each run: nothing is chosen on dev.
 # RUNS picks the students (default "task-stages general"); "subclone" is the same student cut out of
-# the teacher's weights (init=teacher: compressor.engine.subclone) instead of drawn at random.
+# the teacher's weights (init=teacher: compressor.engine.subclone) instead of drawn at random;
+# "kd-random" and "kd-subclone" are the two starts trained on soft targets alone (3 epochs, no
+# layer losses, no intermediate stage).
 #   [RUNS="task-stages subclone"] bash bench/experiments/general_distill_cpu.sh GLUE_DIR WORK_DIR RESULTS_DIR
 set -euo pipefail
 GLUE=$1; W=$2; OUT=$3
@@ -16,20 +18,25 @@ mkdir -p "$W" "$OUT"
 COMMON=(--max-length 64 --eval-every 1000000 --seed 42 --device cpu --overwrite)
 [ -f "$W/teacher/metrics.json" ] || $PY -m compressor finetune minilm-l6 --task cola --data-dir "$GLUE" \
   --out "$W/teacher" --epochs 3 --batch-size 32 --lr 5e-5 --warmup 0.06 "${COMMON[@]}"
-STUDENT=(--teacher "$W/teacher" --data-dir "$GLUE" --student kind=config --student num_layers=4
-  --student hidden_size=312 --student heads=12 --student ffn_size=1200
+SHAPE=(--data-dir "$GLUE" --student kind=config --student num_layers=4
+  --student hidden_size=312 --student heads=12 --student ffn_size=1200)
+STUDENT=("${SHAPE[@]}"
   --loss kd=1 --loss hidden=1 --loss hidden.mapping=uniform --loss embedding=1 --loss attention=1
   --loss attention.mapping=uniform --intermediate-epochs 3 --intermediate-lr 2e-4
   --epochs 3 --lr 1e-4 --warmup 0.1 --batch-size 32 "${COMMON[@]}")
+KD=("${SHAPE[@]}" --loss kd=1 --epochs 3 --lr 1e-4 --warmup 0.1 --batch-size 32 "${COMMON[@]}")
 RUNS=${RUNS:-"task-stages general"}
 for run in $RUNS; do
+  args=("${STUDENT[@]}")
   case $run in
     task-stages) extra=() ;;
     general) extra=(--general-epochs 1 --general-rows 30000 --general-lr 2e-4) ;;
     subclone) extra=(--student init=teacher) ;;
+    kd-random) args=("${KD[@]}"); extra=() ;;
+    kd-subclone) args=("${KD[@]}"); extra=(--student init=teacher) ;;
     *) echo "unknown run $run"; exit 1 ;;
   esac
-  [ -f "$W/$run/metrics.json" ] || $PY -m compressor distill --out "$W/$run" "${STUDENT[@]}" "${extra[@]}"
+  [ -f "$W/$run/metrics.json" ] || $PY -m compressor distill "$W/teacher" --out "$W/$run" "${args[@]}" "${extra[@]}"
   cp "$W/$run/metrics.json" "$OUT/$run-metrics.json"
 done
 cp "$W/teacher/metrics.json" "$OUT/teacher-metrics.json"
