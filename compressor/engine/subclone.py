@@ -30,8 +30,6 @@ from compressor.core.errors import CompressorError
 _LINEAR_ROLES = {"query": ("qk", "hidden"), "key": ("qk", "hidden"), "value": ("v", "hidden"),
                  "attention_output": ("hidden", "v"), "ffn_in": ("ffn", "hidden"),
                  "ffn_out": ("hidden", "ffn")}
-
-
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")   # a batch's other keys are not the model's
 
 
@@ -51,8 +49,7 @@ def activation_importance(teacher: nn.Module, batches: Iterable[dict]) -> Dict[s
     layers = spec.get_layers(teacher)
     n = len(layers)
     sums = {"hidden": None, "q": [None] * n, "k": [None] * n, "v": [None] * n, "ffn": [None] * n}
-    mask_box: List[Optional[torch.Tensor]] = [None]
-
+    mask_box: List[Optional[torch.Tensor]] = [None]   # the batch's attention mask, for the hooks
     width = spec.hidden_size(teacher.config)
 
     def add(key, i, tensor):
