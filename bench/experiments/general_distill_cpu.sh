@@ -9,15 +9,16 @@
 # the teacher's weights (init=teacher: compressor.engine.subclone) instead of drawn at random;
 # "kd-random" and "kd-subclone" are the two starts trained on soft targets alone (3 epochs, no
 # layer losses, no intermediate stage).
-#   [RUNS="task-stages subclone"] bash bench/experiments/general_distill_cpu.sh GLUE_DIR WORK_DIR RESULTS_DIR
+# SEED (default 42) seeds the students (the teacher keeps 42); another seed's runs are named RUN-seedN.
+#   [RUNS="task-stages subclone"] [SEED=1] bash bench/experiments/general_distill_cpu.sh GLUE_DIR WORK_DIR RESULTS_DIR
 set -euo pipefail
 GLUE=$1; W=$2; OUT=$3
 PY=${PYTHON:-.venv/bin/python}
 export COMPRESSOR_PROGRESS=${COMPRESSOR_PROGRESS:-0}
 mkdir -p "$W" "$OUT"
-COMMON=(--max-length 64 --eval-every 1000000 --seed 42 --device cpu --overwrite)
+COMMON=(--max-length 64 --eval-every 1000000 --device cpu --overwrite)
 [ -f "$W/teacher/metrics.json" ] || $PY -m compressor finetune minilm-l6 --task cola --data-dir "$GLUE" \
-  --out "$W/teacher" --epochs 3 --batch-size 32 --lr 5e-5 --warmup 0.06 "${COMMON[@]}"
+  --out "$W/teacher" --epochs 3 --batch-size 32 --lr 5e-5 --warmup 0.06 --seed 42 "${COMMON[@]}"
 SHAPE=(--data-dir "$GLUE" --student kind=config --student num_layers=4
   --student hidden_size=312 --student heads=12 --student ffn_size=1200)
 STUDENT=("${SHAPE[@]}"
@@ -36,11 +37,14 @@ for run in $RUNS; do
     kd-subclone) args=("${KD[@]}"); extra=(--student init=teacher) ;;
     *) echo "unknown run $run"; exit 1 ;;
   esac
-  [ -f "$W/$run/metrics.json" ] || $PY -m compressor distill "$W/teacher" --out "$W/$run" "${args[@]}" "${extra[@]}"
-  cp "$W/$run/metrics.json" "$OUT/$run-metrics.json"
+  name=$run; [ "${SEED:-42}" = 42 ] || name=$run-seed$SEED
+  [ -f "$W/$name/metrics.json" ] || $PY -m compressor distill "$W/teacher" --out "$W/$name" "${args[@]}" \
+    "${extra[@]}" --seed "${SEED:-42}"
+  cp "$W/$name/metrics.json" "$OUT/$name-metrics.json"
+  names="${names:-} $name"
 done
 cp "$W/teacher/metrics.json" "$OUT/teacher-metrics.json"
-$PY - "$OUT" $RUNS <<'PY'
+$PY - "$OUT" $names <<'PY'
 import json, os, sys
 out = sys.argv[1]
 t = json.load(open(os.path.join(out, "teacher-metrics.json")))
