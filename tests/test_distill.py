@@ -273,6 +273,20 @@ def test_a_student_cut_from_its_teacher_starts_ahead_and_distils(trained_teacher
     assert record["score"] > 80
 
 
+def test_a_student_too_large_to_cut_is_refused_before_any_work(trained_teacher, tmp_path, monkeypatch):
+    from compressor.engine import distiller
+
+    teacher_dir, data = trained_teacher
+    scored = []
+    monkeypatch.setattr(distiller, "score", lambda *a, **k: scored.append(1))
+    config = DistillConfig(train=dict(epochs=1, **QUICK),
+                           student={"kind": "config", "num_layers": 1, "hidden_size": 64, "heads": 4,
+                                    "init": "teacher"})
+    with pytest.raises(CompressorError, match="hidden_size is 32"):
+        distill(teacher_dir, str(tmp_path / "big"), config=config, user_data=data)
+    assert not scored and not (tmp_path / "big").exists()
+
+
 def test_minilm_and_cosine_losses_train(trained_teacher, tmp_path):
     teacher_dir, data = trained_teacher
     config = DistillConfig(train=dict(epochs=2, lr=3e-3, **QUICK),

@@ -25,7 +25,7 @@ from compressor.engine.train import TrackerLogs, TrainConfig, fit, set_seed, unw
 from compressor.engine.train_config import teacher_setting, train_setting
 from compressor.engine.losses import KDSettings, Losses, LossSetup, Signals
 from compressor.engine.students import (InputStudent, LayersStudent, PretrainedStudent, StudentConfig, build_student,
-                                        same_tokenizer)
+                                        check_student, same_tokenizer)
 from compressor.engine.teacher import resolve_teacher
 
 
@@ -575,6 +575,7 @@ def distill(teacher: str, out: str, task: Optional[str] = None,
     dev_set = load_data(task_spec, "dev", data_dir, dev_limit, user_data)
     attn = "eager" if config.losses.needs_attentions else None
     net, tokenizer = load_for_task(teacher_path, task_spec, attn_implementation=attn)
+    check_student(config.student, net.config)   # before the teacher is scored
     if teacher_path != input_path and getattr(net.config, "num_labels", None) != task_spec.num_labels:
         raise CompressorError(f"teacher {teacher_path} is not a {task_spec.name} classifier")
     teacher_max_length = read_meta(teacher_path).get("max_length", config.train.max_length)

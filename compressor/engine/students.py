@@ -167,25 +167,48 @@ def build_student(spec: StudentConfig, teacher: nn.Module, teacher_tokenizer, ta
     return model, tokenizer, made
 
 
+def _config_shape(spec: ConfigStudent, t_arch, t_config) -> dict:
+    """A ``config`` student's layers, width, heads and FFN, its unset ones from the teacher's."""
+    hidden = spec.hidden_size or t_arch.hidden_size(t_config)
+    heads = spec.heads or t_arch.num_heads(t_config)
+    if hidden % heads:
+        raise CompressorError(f"student hidden_size {hidden} does not split into {heads} heads")
+    return {"num_layers": spec.num_layers or max(1, t_arch.num_layers(t_config) // 2),
+            "hidden_size": hidden, "heads": heads, "ffn_size": spec.ffn_size or 4 * hidden}
+
+
+def check_student(spec: StudentConfig, teacher_config) -> None:
+    """What can be told of a student from its teacher's config alone, before any work: a student
+    cut out of its teacher (``init: teacher``) must be of its architecture and no larger."""
+    if not isinstance(spec, ConfigStudent) or spec.init != "teacher":
+        return
+    if spec.model_type and spec.model_type != teacher_config.model_type:
+        raise CompressorError(f"student init: teacher needs the teacher's architecture "
+                              f"({teacher_config.model_type}), not model_type {spec.model_type}")
+    t_arch = arch_of(teacher_config)
+    ours = _config_shape(spec, t_arch, teacher_config)
+    theirs = {"num_layers": t_arch.num_layers(teacher_config), "hidden_size": t_arch.hidden_size(teacher_config),
+              "heads": t_arch.num_heads(teacher_config), "ffn_size": t_arch.ffn_size(teacher_config)}
+    ours["head size"], theirs["head size"] = (ours["hidden_size"] // ours["heads"],
+                                              theirs["hidden_size"] // theirs["heads"])
+    for name in ("hidden_size", "heads", "ffn_size", "num_layers", "head size"):
+        if ours[name] > theirs[name]:
+            raise CompressorError(f"student init: teacher cuts the student out of the teacher, whose "
+                                  f"{name} is {theirs[name]}; the student's {ours[name]} is larger "
+                                  "(use init: random)")
+
+
 def _subclone(spec: ConfigStudent, student: nn.Module, teacher: nn.Module, batches) -> dict:
     """Fill ``student`` with slices of ``teacher``'s weights; the record's note of it."""
     from compressor.engine import subclone
 
+    check_student(spec, teacher.config)
     t_arch = arch_of(teacher)
-    if student.config.model_type != teacher.config.model_type:
-        raise CompressorError(f"student init: teacher needs the teacher's architecture "
-                              f"({teacher.config.model_type}), not model_type {student.config.model_type}")
     t_config, s_config = teacher.config, student.config
     sizes = {"hidden_size": (t_arch.hidden_size(s_config), t_arch.hidden_size(t_config)),
              "heads": (t_arch.num_heads(s_config), t_arch.num_heads(t_config)),
              "ffn_size": (t_arch.ffn_size(s_config), t_arch.ffn_size(t_config)),
-             "num_layers": (t_arch.num_layers(s_config), t_arch.num_layers(t_config)),
-             "head size": (t_arch.hidden_size(s_config) // t_arch.num_heads(s_config),
-                           t_arch.hidden_size(t_config) // t_arch.num_heads(t_config))}
-    for name, (ours, theirs) in sizes.items():
-        if ours > theirs:
-            raise CompressorError(f"student init: teacher cuts the student out of the teacher, whose "
-                                  f"{name} is {theirs}; the student's {ours} is larger (use init: random)")
+             "num_layers": (t_arch.num_layers(s_config), t_arch.num_layers(t_config))}
     keep = [i - 1 for i in teacher_layers_to_keep(LayersStudent(num_layers=sizes["num_layers"][0]),
                                                   sizes["num_layers"][1])]
     importance = (subclone.activation_importance(teacher, batches) if batches is not None
@@ -212,13 +235,9 @@ def _random_student(spec: ConfigStudent, teacher, tokenizer, task):
     else:
         config = copy.deepcopy(teacher.config)
     arch = arch_of(config)
-    hidden = spec.hidden_size or t_arch.hidden_size(teacher.config)
-    heads = spec.heads or t_arch.num_heads(teacher.config)
-    if hidden % heads:
-        raise CompressorError(f"student hidden_size {hidden} does not split into {heads} heads")
-    values = {arch.num_layers_key: spec.num_layers or max(1, t_arch.num_layers(teacher.config) // 2),
-              arch.hidden_key: hidden, arch.heads_key: heads,
-              arch.ffn_key: spec.ffn_size or 4 * hidden}
+    shape = _config_shape(spec, t_arch, teacher.config)
+    values = {arch.num_layers_key: shape["num_layers"], arch.hidden_key: shape["hidden_size"],
+              arch.heads_key: shape["heads"], arch.ffn_key: shape["ffn_size"]}
     for key, value in values.items():
         setattr(config, key, value)
     labels = task.labels if task.labels is not None else ("score",)
