@@ -203,18 +203,14 @@ def _subclone(spec: ConfigStudent, student: nn.Module, teacher: nn.Module, batch
     from compressor.engine import subclone
 
     check_student(spec, teacher.config)
-    t_arch = arch_of(teacher)
-    t_config, s_config = teacher.config, student.config
-    sizes = {"hidden_size": (t_arch.hidden_size(s_config), t_arch.hidden_size(t_config)),
-             "heads": (t_arch.num_heads(s_config), t_arch.num_heads(t_config)),
-             "ffn_size": (t_arch.ffn_size(s_config), t_arch.ffn_size(t_config)),
-             "num_layers": (t_arch.num_layers(s_config), t_arch.num_layers(t_config))}
-    keep = [i - 1 for i in teacher_layers_to_keep(LayersStudent(num_layers=sizes["num_layers"][0]),
-                                                  sizes["num_layers"][1])]
+    t_arch, t_config = arch_of(teacher), teacher.config
+    shape = _config_shape(spec, t_arch, t_config)   # what the student was built with
+    keep = [i - 1 for i in teacher_layers_to_keep(LayersStudent(num_layers=shape["num_layers"]),
+                                                  t_arch.num_layers(t_config))]
     importance = (subclone.activation_importance(teacher, batches) if batches is not None
                   else subclone.magnitude_importance(teacher))
-    chosen = subclone.select(importance, keep, sizes["heads"][1], sizes["hidden_size"][0],
-                             sizes["heads"][0], sizes["ffn_size"][0])
+    chosen = subclone.select(importance, keep, t_arch.num_heads(t_config), shape["hidden_size"],
+                             shape["heads"], shape["ffn_size"])
     subclone.fill_from_teacher(student, teacher, keep, chosen)
     return {"init": "teacher", "teacher_layers": [i + 1 for i in keep],
             "importance": importance["source"], "teacher_heads": [h + 1 for h in chosen["heads"].tolist()],

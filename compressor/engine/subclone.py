@@ -201,7 +201,7 @@ def fill_from_teacher(student: nn.Module, teacher: nn.Module, keep_layers: Seque
             indices = [None if t == s else chosen["hidden"] if t == t_hidden else
                        chosen["heads"] if t == t_heads else _mismatch(key, source, value)
                        for t, s in zip(source.shape, value.shape)]
-        taken = _take(source, indices) * factor if factor != 1.0 else _take(source, indices)
+        taken = _take(source, indices) * factor   # factor 1.0 leaves every value as it is
         if taken.shape != value.shape:
             _mismatch(key, source, value)
         new_state[key] = taken.to(value.dtype)
